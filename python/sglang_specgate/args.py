@@ -1,0 +1,241 @@
+"""The gate's ServerArgs fields: declaration, environment precedence and validation.
+
+``GateServerArgs`` subclasses SGLang's ServerArgs dataclass and replaces it through the
+plugin hook registry (see hooks.py), so the fields behave like native ones: CLI flags in
+``--help``, ``--config`` YAML keys, ``sglang.Engine`` kwargs, ``/server_info``, and pickling
+into the scheduler processes all come from SGLang's own dataclass machinery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from typing import Callable, Optional
+
+from sglang.srt.arg_groups.arg_utils import A, Arg, NS
+from sglang.srt.server_args import ServerArgs
+
+from sglang_specgate.policy import GateConfig
+
+logger = logging.getLogger(__name__)
+
+THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
+DWELL_FLAG = "--speculative-gate-dwell-steps"
+REENABLE_FLAG = "--speculative-gate-reenable-threshold"
+THRESHOLD_ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
+DEFAULT_DWELL_STEPS = 8
+GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
+
+
+class SpecGateConfigError(ValueError):
+    """A gate setting that cannot work; the message names the flag and the fix."""
+
+
+def non_negative_int(value: object, source: str) -> int:
+    """Parse a count from a CLI string, an env string or a Python value; ``source`` names it."""
+    if isinstance(value, bool):  # bool is an int subclass: True would silently mean 1
+        raise SpecGateConfigError(f"{source} must be a non-negative integer, got {value!r}.")
+    if isinstance(value, int):
+        parsed = value
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        parsed = int(value.strip())
+    else:
+        raise SpecGateConfigError(
+            f"{source} must be a non-negative integer, got {value!r}."
+        )
+    if parsed < 0:
+        raise SpecGateConfigError(
+            f"{source} must be >= 0 (0 disables the gate), got {parsed}."
+        )
+    return parsed
+
+
+def _cli_parser(flag: str) -> Callable[[str], int]:
+    """argparse ``type=`` for a count flag: bad values become a usage error, not a traceback."""
+
+    def parse(text: str) -> int:
+        try:
+            return non_negative_int(text, flag)
+        except SpecGateConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = "non-negative integer"  # argparse shows this name in its messages
+    return parse
+
+
+@dataclasses.dataclass
+class GateServerArgs(ServerArgs):
+    speculative_disable_batch_threshold: A[
+        Optional[int],
+        Arg(
+            help=(
+                "Speculate (EAGLE/EAGLE3) while the decode batch has <= N requests and decode "
+                "plainly while it has more; speculation resumes once the batch has stayed "
+                f"<= the re-enable threshold for {DWELL_FLAG} steps. 0 or unset: never "
+                f"disable. Env: {THRESHOLD_ENV} (an explicit flag, kwarg or YAML value wins). "
+                "Needs --speculative-eagle-topk 1."
+            ),
+            type_parser=_cli_parser(THRESHOLD_FLAG),
+        ),
+        NS("spec"),
+    ] = None
+    speculative_gate_dwell_steps: A[
+        int,
+        Arg(
+            help=(
+                "Consecutive decode steps the batch must stay <= the re-enable threshold "
+                f"before speculation resumes (anti-flapping). Default {DEFAULT_DWELL_STEPS}."
+            ),
+            type_parser=_cli_parser(DWELL_FLAG),
+        ),
+        NS("spec"),
+    ] = DEFAULT_DWELL_STEPS
+    speculative_gate_reenable_threshold: A[
+        Optional[int],
+        Arg(
+            help=(
+                "Resume speculation only when the decode batch is <= this many requests "
+                f"(hysteresis). Default: the value of {THRESHOLD_FLAG}."
+            ),
+            type_parser=_cli_parser(REENABLE_FLAG),
+        ),
+        NS("spec"),
+    ] = None
+
+    def __post_init__(self):
+        # Fields are writable until SGLang's resolution materializes them at the end of
+        # super().__post_init__(), so the gate's own fields are resolved first.
+        self._resolve_gate_fields()
+        if self.speculative_disable_batch_threshold:
+            _require_active_hooks()
+        super().__post_init__()
+        if self.speculative_disable_batch_threshold and self.model_path.lower() not in (
+            "none",
+            "dummy",
+        ):
+            validate_gate_combination(self)
+
+    def _resolve_gate_fields(self) -> None:
+        threshold = self.speculative_disable_batch_threshold
+        if threshold is None:
+            env = os.environ.get(THRESHOLD_ENV)
+            threshold = 0 if env is None else non_negative_int(env, THRESHOLD_ENV)
+        else:
+            threshold = non_negative_int(threshold, THRESHOLD_FLAG)
+        dwell = non_negative_int(self.speculative_gate_dwell_steps, DWELL_FLAG)
+        reenable = self.speculative_gate_reenable_threshold
+        if reenable is None:
+            reenable = threshold
+        else:
+            reenable = non_negative_int(reenable, REENABLE_FLAG)
+            if reenable > threshold:
+                raise SpecGateConfigError(
+                    f"{REENABLE_FLAG} ({reenable}) must be <= {THRESHOLD_FLAG} "
+                    f"({threshold}); lower it or leave it unset."
+                )
+        self.speculative_disable_batch_threshold = threshold
+        self.speculative_gate_dwell_steps = dwell
+        self.speculative_gate_reenable_threshold = reenable
+
+    def gate_config(self) -> GateConfig:
+        return GateConfig(
+            threshold=self.speculative_disable_batch_threshold or 0,
+            reenable_threshold=self.speculative_gate_reenable_threshold or 0,
+            dwell_steps=self.speculative_gate_dwell_steps,
+        )
+
+
+# (predicate on resolved args, what is wrong, the fix). Each combination would either
+# desynchronise ranks, use a worker other than EAGLEWorkerV2, or bypass the gate.
+_UNSUPPORTED: tuple[tuple[Callable[[ServerArgs], bool], str, str], ...] = (
+    (lambda a: a.enable_dp_attention, "--enable-dp-attention",
+     "DP ranks see different batch sizes, so their gate decisions would diverge"),
+    (lambda a: a.pp_size > 1, "--pp-size > 1",
+     "pipeline-parallel speculative decoding is not gated yet"),
+    (lambda a: a.enable_two_batch_overlap, "--enable-two-batch-overlap",
+     "two-batch overlap splits the decode batch"),
+    (lambda a: a.enable_pdmux, "--enable-pdmux", "PD multiplexing is not gated yet"),
+    (lambda a: a.enable_lora or a.lora_paths, "--enable-lora / --lora-paths",
+     "LoRA with speculative runtime-state switching is untested upstream"),
+    (lambda a: a.enable_multi_layer_eagle, "--enable-multi-layer-eagle",
+     "multi-layer EAGLE uses a different worker"),
+    (lambda a: a.speculative_adaptive, "--speculative-adaptive",
+     "both would drive the same step-switching controller; pick one"),
+)
+
+
+def _require_active_hooks() -> None:
+    # SGLang's plugin loader only logs a hook that failed to apply; a server asked for the
+    # gate must not start without it.
+    from sglang_specgate.hooks import inactive_targets
+
+    inactive = inactive_targets()
+    if inactive:
+        raise SpecGateConfigError(
+            f"{THRESHOLD_FLAG} is set but these sglang-specgate hooks are not active: "
+            f"{', '.join(inactive)}. Check the SGLang log for the plugin error and run "
+            "`python -m sglang_specgate doctor`."
+        )
+
+
+def validate_gate_combination(args: ServerArgs) -> None:
+    """Reject what the gate cannot run and warn where it could never fire (resolved args)."""
+    n = args.speculative_disable_batch_threshold
+    algorithm = args.speculative_algorithm
+    if algorithm not in GATED_ALGORITHMS:
+        raise SpecGateConfigError(
+            f"{THRESHOLD_FLAG} {n} needs --speculative-algorithm EAGLE or EAGLE3 "
+            f"(got {algorithm}). Add it with a draft model, or drop {THRESHOLD_FLAG}."
+        )
+    if args.speculative_eagle_topk != 1:
+        raise SpecGateConfigError(
+            f"{THRESHOLD_FLAG} supports chain drafting only, got --speculative-eagle-topk "
+            f"{args.speculative_eagle_topk}. Pass --speculative-eagle-topk 1 together with "
+            "--speculative-num-steps S --speculative-num-draft-tokens S+1."
+        )
+    for is_set, flag, reason in _UNSUPPORTED:
+        if is_set(args):
+            raise SpecGateConfigError(
+                f"{THRESHOLD_FLAG} cannot be combined with {flag}: {reason}. "
+                f"Drop one of the two."
+            )
+
+    max_running = args.max_running_requests
+    if max_running is not None and n >= max_running:
+        logger.warning(
+            "%s %d never fires: decode batches hold at most --max-running-requests %d "
+            "requests (SGLang defaults it to 48 under speculation). Raise "
+            "--max-running-requests above %d or lower the threshold.",
+            THRESHOLD_FLAG, n, max_running, n,
+        )
+    graph_max_bs = _largest_decode_graph_batch(args)
+    if graph_max_bs is not None and n > graph_max_bs:
+        logger.warning(
+            "%s %d is above the largest CUDA-graph decode batch (%d): speculating batches "
+            "of %d..%d requests run without CUDA graphs. Raise --cuda-graph-max-bs to %d.",
+            THRESHOLD_FLAG, n, graph_max_bs, graph_max_bs + 1, n, n,
+        )
+
+
+def _largest_decode_graph_batch(args: ServerArgs) -> Optional[int]:
+    if args.disable_cuda_graph:
+        return None
+    decode = getattr(getattr(args, "cuda_graph_config", None), "decode", None)
+    sizes = getattr(decode, "bs", None)
+    if sizes:
+        return max(sizes)
+    return getattr(decode, "max_bs", None)
+
+
+def exit_on_config_error(prepare_server_args, *args, **kwargs):
+    """AROUND hook on ``prepare_server_args``: a gate misconfiguration on the command line
+    ends like an argparse error (message + exit status 2), not a traceback. Python callers
+    (``sglang.Engine``) still get the exception."""
+    try:
+        return prepare_server_args(*args, **kwargs)
+    except SpecGateConfigError as e:
+        print(f"sglang: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,63 @@
+"""``python -m sglang_specgate doctor``: is the gate installed and able to run here?
+
+Checks, in a fresh process, what a server would do at start-up: the SGLang version, entry
+point discovery by SGLang's own loader, every hook target resolving and being applied, and
+the effective threshold (from arguments and the environment). Exit status 1 on any problem.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import entry_points
+
+ENTRY_POINT_GROUP = "sglang.srt.plugins"
+ENTRY_POINT_NAME = "spec_gate"
+
+
+def run(server_argv: list[str]) -> int:
+    import sglang
+
+    from sglang_specgate import hooks
+    from sglang_specgate.args import THRESHOLD_ENV
+
+    problems = []
+
+    def report(ok: bool, what: str, detail: str = "") -> None:
+        print(f"[{'ok' if ok else 'FAIL'}] {what}{': ' + detail if detail else ''}")
+        if not ok:
+            problems.append(what)
+
+    try:
+        hooks.check_sglang_version(sglang.__version__)
+        report(True, "SGLang version", sglang.__version__)
+    except hooks.IncompatibleSGLangError as e:
+        report(False, "SGLang version", str(e))
+
+    ours = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == ENTRY_POINT_NAME]
+    report(bool(ours), "entry point", f"{ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME}")
+    allowed = os.environ.get("SGLANG_PLUGINS")
+    if allowed and ENTRY_POINT_NAME not in {x.strip() for x in allowed.split(",")}:
+        report(False, "SGLANG_PLUGINS", f"{allowed!r} excludes {ENTRY_POINT_NAME}")
+
+    for target in hooks.unresolved_targets():
+        report(False, "hook target resolves", target)
+    if not problems:
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()  # SGLang's own loader: discovery, registration, application
+        inactive = hooks.inactive_targets()
+        for hook in hooks.HOOKS:
+            report(hook.target not in inactive, f"hook {hook.kind} applied", hook.target)
+
+    if not problems:
+        print(f"{THRESHOLD_ENV}={os.environ.get(THRESHOLD_ENV, '<unset>')}")
+        if server_argv:
+            from sglang.srt.server_args import prepare_server_args
+
+            args = prepare_server_args(server_argv)
+            cfg = args.gate_config()
+            state = f"threshold {cfg.threshold}" if cfg.enabled else "off (threshold 0)"
+            report(True, "effective gate", f"{state}, re-enable <= {cfg.reenable_threshold} "
+                   f"after {cfg.dwell_steps} steps")
+    print("doctor: " + ("all checks passed" if not problems else f"{len(problems)} problem(s)"))
+    return 1 if problems else 0

@@ -1,0 +1,154 @@
+"""Every way sglang-specgate changes SGLang, in one place.
+
+Each entry says what it hooks, why, how, which upstream code it depends on and when it can
+go. ``register_hooks`` is the only code that hands these to SGLang's ``HookRegistry``; the
+test suite checks that every entry is applied in a fresh SGLang process and that nothing
+else is patched. Start-up fails loudly (see plugin.py) if the SGLang version is not one we
+have verified or if any target no longer resolves.
+
+Implementations are named as ``module:attribute`` and resolved on first call, so loading
+the plugin in the launcher does not import the GPU worker code; class replacements are
+resolved at registration because SGLang substitutes the class object itself.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+from dataclasses import dataclass
+
+# Versions whose internals the hooks were written and tested against.
+SUPPORTED_SGLANG_VERSIONS = ("0.5.17",)
+
+
+@dataclass(frozen=True)
+class Hook:
+    target: str  # dotted path handed to HookRegistry
+    kind: str  # HookType name: REPLACE, AROUND, AFTER
+    implementation: str  # "module:attribute" of ours
+    why: str
+    how: str
+    upstream: str  # the SGLang 0.5.17 code it relies on
+    removal: str  # when it can go
+
+
+HOOKS: tuple[Hook, ...] = (
+    Hook(
+        target="sglang.srt.server_args.ServerArgs",
+        kind="REPLACE",
+        implementation="sglang_specgate.args:GateServerArgs",
+        why="Make --speculative-disable-batch-threshold (and the dwell/re-enable knobs) real "
+        "ServerArgs fields instead of a text patch of server_args.py (the seeds' crash).",
+        how="A dataclass subclass with three A[..., Arg, NS('spec')] fields; SGLang's "
+        "class REPLACE rebinds every module-level `ServerArgs` name, so add_cli_args, "
+        "prepare_server_args, from_cli_args, --config and pickling use it unchanged.",
+        upstream="srt/server_args.py:438 (dataclass), :8214 add_cli_args, :9344 "
+        "prepare_server_args; srt/arg_groups/arg_utils.py:58-98 (A, Arg, NS).",
+        removal="When SGLang ships a native batch-threshold flag (no upstream PR merged as "
+        "of 0.5.23; #13376 was closed), or via register_resolution_hook on 0.5.23+.",
+    ),
+    Hook(
+        target="sglang.srt.entrypoints.engine.Engine.server_args_class",
+        kind="REPLACE",
+        implementation="sglang_specgate.args:GateServerArgs",
+        why="sglang.Engine(**kwargs) builds its args from a class attribute, which SGLang's "
+        "class REPLACE does not rebind (it only rebinds module globals).",
+        how="Set the attribute to GateServerArgs so Engine(speculative_disable_batch_threshold=N) "
+        "is accepted and validated like the CLI flag.",
+        upstream="srt/entrypoints/engine.py:211 (server_args_class), :235 (construction).",
+        removal="When HookRegistry propagates class replacements to class attributes, or "
+        "with the ServerArgs hook.",
+    ),
+    Hook(
+        target="sglang.srt.server_args.prepare_server_args",
+        kind="AROUND",
+        implementation="sglang_specgate.args:exit_on_config_error",
+        why="A gate misconfiguration found during resolution (e.g. the threshold without "
+        "EAGLE) would otherwise reach the user as a Python traceback.",
+        how="Catch SpecGateConfigError, print it argparse-style and exit with status 2; "
+        "other errors pass through untouched.",
+        upstream="srt/server_args.py:9344 prepare_server_args (launch_server.py:68, "
+        "cli/serve.py:139).",
+        removal="With the ServerArgs hook, or when SGLang reports ValueErrors from "
+        "resolution without a traceback.",
+    ),
+    Hook(
+        target="sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker",
+        kind="AFTER",
+        implementation="sglang_specgate.worker:select_worker_class",
+        why="The gate lives in the EAGLE worker: it picks speculative or plain decoding per "
+        "decode step and owns the fast off path.",
+        how="When the threshold is set and SGLang picked EAGLEWorkerV2, return "
+        "GatedEAGLEWorkerV2 (a subclass); when SGLang picked any other worker, raise, so a "
+        "server asked for the gate never runs without it.",
+        upstream="srt/speculative/spec_info.py:284-298 (create_worker), "
+        "speculative/eagle_worker_v2.py:1007 (EAGLEWorkerV2).",
+        removal="When upstream's adaptive steps-0 state runs at plain-decode speed and "
+        "accepts a policy object (0.5.23 AdaptiveSpecPolicy), a policy alone suffices.",
+    ),
+    Hook(
+        target="sglang.srt.managers.scheduler.Scheduler.get_internal_state",
+        kind="AFTER",
+        implementation="sglang_specgate.observability:add_gate_state",
+        why="Operators and the benchmark suite read the gate's counters from /server_info "
+        "(sglang.benchmark.serving embeds server_info in every result row).",
+        how="Add internal_state['spec_gate'] = the policy snapshot (state, N, counters).",
+        upstream="srt/managers/scheduler.py:4165 get_internal_state; "
+        "entrypoints/http_server.py:781-806 (/server_info).",
+        removal="0.5.23 moves this to SchedulerInternalStateController._add_speculative.",
+    ),
+)
+
+
+def check_sglang_version(version: str) -> None:
+    if version not in SUPPORTED_SGLANG_VERSIONS:
+        raise IncompatibleSGLangError(
+            f"sglang-specgate supports SGLang {', '.join(SUPPORTED_SGLANG_VERSIONS)}, "
+            f"found {version}. Install a supported SGLang (pip install "
+            f"sglang=={SUPPORTED_SGLANG_VERSIONS[-1]}), or uninstall sglang-specgate."
+        )
+
+
+class IncompatibleSGLangError(RuntimeError):
+    """The installed SGLang is not one the hooks were verified against."""
+
+
+def unresolved_targets() -> list[str]:
+    """Targets that do not resolve in the installed SGLang (importing their modules)."""
+    missing = []
+    for hook in HOOKS:
+        try:
+            pkgutil.resolve_name(hook.target)
+        except (ImportError, AttributeError, ValueError) as e:
+            missing.append(f"{hook.target} ({type(e).__name__}: {e})")
+    return missing
+
+
+def _deferred(path: str):
+    """A hook function that imports its implementation on first call."""
+
+    def call(*args, **kwargs):
+        return pkgutil.resolve_name(path)(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = path
+    return call
+
+
+def register_hooks() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    for hook in HOOKS:
+        kind = HookType[hook.kind]
+        impl = (
+            pkgutil.resolve_name(hook.implementation)
+            if kind is HookType.REPLACE
+            else _deferred(hook.implementation)
+        )
+        HookRegistry.register(hook.target, impl, kind)
+
+
+def inactive_targets() -> list[str]:
+    """Registered targets SGLang has not applied (its loader only logs such failures)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    # _patched is the registry's own record of applied targets (hook_registry.py:160).
+    return [h.target for h in HOOKS if h.target not in HookRegistry._patched]

@@ -1,0 +1,84 @@
+"""Run a one-token speculative forward through the attention backend's decode kernels.
+
+With speculation off, the worker still drives SGLang's steps-0 state: the target verifies a
+one-node tree (TARGET_VERIFY, one token per request) and the draft extends one token per
+request (DRAFT_EXTEND_V2) to keep its KV cache warm. Both are exactly a decode step, but
+backends run them through their extend (prefill-style) kernels. On an H200 at concurrency
+64 the Triton extend kernel cost 0.88 ms per layer call against 0.12 ms for the split-KV
+decode kernel, which made the steps-0 state 4x slower than a plain server
+(shared/gpu/baseline.md). This mixin makes one backend *instance* answer those forwards
+with its decode path; everything else (graphs, sampling, hidden-state capture) is upstream.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+logger = logging.getLogger(__name__)
+
+# Backends whose decode path was checked token-identical and measured on a GPU
+# (benchmark/results/). Others keep upstream's extend kernels, with a warning.
+VERIFIED_BACKENDS = frozenset({"TritonAttnBackend"})
+
+
+def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
+    """A shallow copy that describes the same one-token step as a DECODE batch.
+
+    Decode batches count the new token in ``seq_lens``; TARGET_VERIFY batches do not (the
+    spec-v2 convention), DRAFT_EXTEND_V2 batches already do (eagle_worker_common.py:186).
+    """
+    view = copy.copy(forward_batch)
+    if forward_batch.forward_mode.is_target_verify():
+        view.seq_lens = forward_batch.seq_lens + 1
+        if forward_batch.seq_lens_cpu is not None:
+            view.seq_lens_cpu = forward_batch.seq_lens_cpu + 1
+        if forward_batch.seq_lens_sum is not None:
+            view.seq_lens_sum = forward_batch.seq_lens_sum + forward_batch.batch_size
+    view.forward_mode = ForwardMode.DECODE
+    view.spec_info = None
+    return view
+
+
+class OneTokenDecodeMixin:
+    """Placed in front of a backend's class; only valid for one token per request."""
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch):
+        super().init_forward_metadata(as_decode_batch(forward_batch))
+
+    def init_forward_metadata_out_graph(self, forward_batch: ForwardBatch, in_capture: bool = False):
+        super().init_forward_metadata_out_graph(as_decode_batch(forward_batch), in_capture)
+
+    def init_forward_metadata_in_graph(self, forward_batch: ForwardBatch):
+        super().init_forward_metadata_in_graph(as_decode_batch(forward_batch))
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+
+
+_decode_classes: dict[type, type] = {}
+
+
+def use_decode_kernels(backend) -> bool:
+    """Switch ``backend`` (an instance built for the one-token state) to its decode path.
+
+    Returns False, leaving the backend untouched, for backends not yet verified.
+    """
+    cls = type(backend)
+    if issubclass(cls, OneTokenDecodeMixin):
+        return True
+    if cls.__name__ not in VERIFIED_BACKENDS:
+        logger.warning(
+            "spec gate: attention backend %s is not verified for the fast off path; "
+            "speculation-off steps use upstream's steps-0 kernels (slower).",
+            cls.__name__,
+        )
+        return False
+    if cls not in _decode_classes:
+        _decode_classes[cls] = type(f"OneTokenDecode{cls.__name__}", (OneTokenDecodeMixin, cls), {})
+    # Same instance, same buffers; only the method lookup changes, so isinstance checks
+    # against the upstream class still hold.
+    backend.__class__ = _decode_classes[cls]
+    return True

@@ -1,0 +1,129 @@
+"""GPU plumbing: the EAGLE worker that asks the gate policy, once per decode step,
+whether to speculate.
+
+Speculating steps are upstream EAGLEWorkerV2 unchanged. Plain steps reuse upstream's
+adaptive "steps 0" runtime state (a one-token verify plus a one-token draft extend that keeps
+the draft KV cache current, so re-enabling is warm), with that state's attention backends
+switched to their decode kernels (one_token_decode.py), which is what makes "off" run at
+plain-decode speed. Switching is upstream's ``AdaptiveController`` swapping pre-captured
+runtime states, driven by our policy instead of its acceptance EMA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
+from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+
+from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
+from sglang_specgate.one_token_decode import use_decode_kernels
+from sglang_specgate.policy import SpecGatePolicy
+
+logger = logging.getLogger(__name__)
+
+PLAIN_STEPS = 0  # upstream's steps-0 state: no drafting, one-token verify
+
+
+def select_worker_class(worker_cls, algorithm, server_args):
+    """AFTER hook on ``SpeculativeAlgorithm.create_worker``."""
+    threshold = getattr(server_args, "speculative_disable_batch_threshold", None)
+    if not threshold:
+        return worker_cls
+    if worker_cls is not EAGLEWorkerV2:
+        raise SpecGateConfigError(
+            f"{THRESHOLD_FLAG} {threshold} needs SGLang's EAGLEWorkerV2, but "
+            f"{algorithm} selected {worker_cls.__name__}. Drop {THRESHOLD_FLAG} or use "
+            "--speculative-algorithm EAGLE/EAGLE3 with --speculative-eagle-topk 1."
+        )
+    return GatedEAGLEWorkerV2
+
+
+class GatePolicyParams:
+    """The policy in the shape ``AdaptiveController`` calls (its ``params`` object)."""
+
+    def __init__(self, policy: SpecGatePolicy, speculative_steps: int):
+        self.policy = policy
+        self.speculative_steps = speculative_steps
+        self.candidate_steps = [self.speculative_steps, PLAIN_STEPS]
+
+    def get_steps_for_batch(self, batch_size: int) -> int:
+        return self.speculative_steps if self.policy.step(batch_size) else PLAIN_STEPS
+
+    def on_verify_complete(self, num_correct_drafts_per_req, batch_size) -> None:
+        return None  # the gate ignores acceptance: decisions depend on batch size only
+
+    def set_cuda_graph_bs(self, cuda_graph_bs) -> None:
+        pass
+
+    def cuda_graph_bs_for_step(self, step: int):
+        return None  # capture every decode graph size for both states
+
+
+class GateController(AdaptiveController):
+    def __init__(self, worker, params: GatePolicyParams):
+        super().__init__(worker)  # builds upstream's default EMA params, replaced here
+        self.params = params
+
+
+class GatedEAGLEWorkerV2(EAGLEWorkerV2):
+    def __init__(self, server_args, *args, **kwargs):
+        super().__init__(server_args, *args, **kwargs)
+        self.gate = SpecGatePolicy(server_args.gate_config())
+        # Set before the scheduler calls init_cuda_graphs, which registers the speculative
+        # state and builds the steps-0 state through build_adaptive_runtime_state.
+        self.adaptive_controller = GateController(
+            self, GatePolicyParams(self.gate, self.speculative_num_steps)
+        )
+        self.fast_off_path = None  # known once the steps-0 state is built
+        logger.info(
+            "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
+            "after %d steps <= %d",
+            self.speculative_num_steps,
+            self.gate.config.threshold,
+            self.gate.config.dwell_steps,
+            self.gate.config.reenable_threshold,
+        )
+
+    def build_adaptive_runtime_state(
+        self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None
+    ):
+        if speculative_num_steps != PLAIN_STEPS:
+            return super().build_adaptive_runtime_state(
+                speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
+            )
+        with self._one_token_backends_use_decode_kernels():
+            return super().build_adaptive_runtime_state(
+                speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
+            )
+
+    @contextlib.contextmanager
+    def _one_token_backends_use_decode_kernels(self):
+        """While upstream builds the steps-0 state, convert the target and draft-extend
+        attention backends it creates before their CUDA graphs are captured."""
+        target_runner = self._target_worker.model_runner
+        draft_worker = self._draft_worker
+        make_target_backend = target_runner._get_attention_backend
+        init_draft_backends = draft_worker.init_attention_backend
+        converted = []
+
+        def make_target_backend_for_decode(*args, **kwargs):
+            backend = make_target_backend(*args, **kwargs)
+            converted.append(use_decode_kernels(backend))
+            return backend
+
+        def init_draft_backends_for_decode():
+            init_draft_backends()
+            if draft_worker.draft_extend_attn_backend is not None:
+                converted.append(use_decode_kernels(draft_worker.draft_extend_attn_backend))
+
+        # Instance attributes shadow the methods for this build only.
+        target_runner._get_attention_backend = make_target_backend_for_decode
+        draft_worker.init_attention_backend = init_draft_backends_for_decode
+        try:
+            yield
+        finally:
+            del target_runner._get_attention_backend
+            del draft_worker.init_attention_backend
+        self.fast_off_path = bool(converted) and all(converted)
