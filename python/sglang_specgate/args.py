@@ -34,36 +34,35 @@ class SpecGateConfigError(ValueError):
     """A gate setting that cannot work; the message names the flag and the fix."""
 
 
-def non_negative_int(value: object, source: str) -> int:
-    """Parse a count from a CLI string, an env string or a Python value; ``source`` names it."""
+def parse_count(value: object) -> int:
+    """A non-negative integer from a CLI/env string or a Python int; ValueError says why not."""
     if isinstance(value, bool):  # bool is an int subclass: True would silently mean 1
-        raise SpecGateConfigError(f"{source} must be a non-negative integer, got {value!r}.")
+        raise ValueError(f"must be a non-negative integer, got {value!r}")
     if isinstance(value, int):
         parsed = value
     elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
         parsed = int(value.strip())
     else:
-        raise SpecGateConfigError(
-            f"{source} must be a non-negative integer, got {value!r}."
-        )
+        raise ValueError(f"must be a non-negative integer, got {value!r}")
     if parsed < 0:
-        raise SpecGateConfigError(
-            f"{source} must be >= 0 (0 disables the gate), got {parsed}."
-        )
+        raise ValueError(f"must be >= 0 (0 disables the gate), got {parsed}")
     return parsed
 
 
-def _cli_parser(flag: str) -> Callable[[str], int]:
-    """argparse ``type=`` for a count flag: bad values become a usage error, not a traceback."""
+def non_negative_int(value: object, source: str) -> int:
+    """``parse_count`` with errors that name ``source`` (a flag, kwarg or env variable)."""
+    try:
+        return parse_count(value)
+    except ValueError as e:
+        raise SpecGateConfigError(f"{source} {e}.") from None
 
-    def parse(text: str) -> int:
-        try:
-            return non_negative_int(text, flag)
-        except SpecGateConfigError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
 
-    parse.__name__ = "non-negative integer"  # argparse shows this name in its messages
-    return parse
+def _cli_count(text: str) -> int:
+    """argparse ``type=``: argparse prefixes the flag and exits with a usage error."""
+    try:
+        return parse_count(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 @dataclasses.dataclass
@@ -78,7 +77,7 @@ class GateServerArgs(ServerArgs):
                 f"disable. Env: {THRESHOLD_ENV} (an explicit flag, kwarg or YAML value wins). "
                 "Needs --speculative-eagle-topk 1."
             ),
-            type_parser=_cli_parser(THRESHOLD_FLAG),
+            type_parser=_cli_count,
         ),
         NS("spec"),
     ] = None
@@ -89,7 +88,7 @@ class GateServerArgs(ServerArgs):
                 "Consecutive decode steps the batch must stay <= the re-enable threshold "
                 f"before speculation resumes (anti-flapping). Default {DEFAULT_DWELL_STEPS}."
             ),
-            type_parser=_cli_parser(DWELL_FLAG),
+            type_parser=_cli_count,
         ),
         NS("spec"),
     ] = DEFAULT_DWELL_STEPS
@@ -100,7 +99,7 @@ class GateServerArgs(ServerArgs):
                 "Resume speculation only when the decode batch is <= this many requests "
                 f"(hysteresis). Default: the value of {THRESHOLD_FLAG}."
             ),
-            type_parser=_cli_parser(REENABLE_FLAG),
+            type_parser=_cli_count,
         ),
         NS("spec"),
     ] = None

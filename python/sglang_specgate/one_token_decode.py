@@ -42,20 +42,40 @@ def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
     return view
 
 
-class OneTokenDecodeMixin:
-    """Placed in front of a backend's class; only valid for one token per request."""
+def is_one_token_spec_forward(forward_batch: ForwardBatch) -> bool:
+    """The forwards the steps-0 state runs with one token per request. The same backend
+    instance also serves that state's prefills (EXTEND), which must keep their kernels."""
+    mode = forward_batch.forward_mode
+    return mode.is_target_verify() or mode.is_draft_extend_v2()
 
-    def init_forward_metadata(self, forward_batch: ForwardBatch):
-        super().init_forward_metadata(as_decode_batch(forward_batch))
 
-    def init_forward_metadata_out_graph(self, forward_batch: ForwardBatch, in_capture: bool = False):
-        super().init_forward_metadata_out_graph(as_decode_batch(forward_batch), in_capture)
+def _one_token_decode_class(base: type) -> type:
+    """A subclass of ``base`` answering one-token speculative forwards with decode kernels.
 
-    def init_forward_metadata_in_graph(self, forward_batch: ForwardBatch):
-        super().init_forward_metadata_in_graph(as_decode_batch(forward_batch))
+    Built per backend class with ``base`` as its only base: ``__class__`` assignment (below)
+    refuses classes whose layout differs, which a mixin base would cause.
+    """
 
-    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+    def decode_view(forward_batch):
+        return as_decode_batch(forward_batch) if is_one_token_spec_forward(forward_batch) else forward_batch
+
+    class OneTokenDecode(base):
+        def init_forward_metadata(self, forward_batch: ForwardBatch):
+            super().init_forward_metadata(decode_view(forward_batch))
+
+        def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+            super().init_forward_metadata_out_graph(decode_view(forward_batch), in_capture)
+
+        def init_forward_metadata_in_graph(self, forward_batch: ForwardBatch):
+            super().init_forward_metadata_in_graph(decode_view(forward_batch))
+
+        def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+            if is_one_token_spec_forward(forward_batch):
+                return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+            return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+
+    OneTokenDecode.__name__ = OneTokenDecode.__qualname__ = f"OneTokenDecode{base.__name__}"
+    return OneTokenDecode
 
 
 _decode_classes: dict[type, type] = {}
@@ -67,7 +87,7 @@ def use_decode_kernels(backend) -> bool:
     Returns False, leaving the backend untouched, for backends not yet verified.
     """
     cls = type(backend)
-    if issubclass(cls, OneTokenDecodeMixin):
+    if cls in _decode_classes.values():
         return True
     if cls.__name__ not in VERIFIED_BACKENDS:
         logger.warning(
@@ -77,7 +97,7 @@ def use_decode_kernels(backend) -> bool:
         )
         return False
     if cls not in _decode_classes:
-        _decode_classes[cls] = type(f"OneTokenDecode{cls.__name__}", (OneTokenDecodeMixin, cls), {})
+        _decode_classes[cls] = _one_token_decode_class(cls)
     # Same instance, same buffers; only the method lookup changes, so isinstance checks
     # against the upstream class still hold.
     backend.__class__ = _decode_classes[cls]

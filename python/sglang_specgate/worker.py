@@ -100,12 +100,11 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
 
     @contextlib.contextmanager
     def _one_token_backends_use_decode_kernels(self):
-        """While upstream builds the steps-0 state, convert the target and draft-extend
-        attention backends it creates before their CUDA graphs are captured."""
+        """While upstream builds the steps-0 state, switch the attention backends it creates
+        for the target verify and the draft extend to their decode kernels."""
         target_runner = self._target_worker.model_runner
         draft_worker = self._draft_worker
         make_target_backend = target_runner._get_attention_backend
-        init_draft_backends = draft_worker.init_attention_backend
         converted = []
 
         def make_target_backend_for_decode(*args, **kwargs):
@@ -113,17 +112,23 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             converted.append(use_decode_kernels(backend))
             return backend
 
-        def init_draft_backends_for_decode():
-            init_draft_backends()
+        def skip_draft_graphs():
+            # Upstream captures the steps-0 draft-extend graph at the server's static width
+            # (speculative_num_draft_tokens, eagle_draft_extend_cuda_graph_runner.py:133),
+            # so a one-token draft extend never replays it (can_run_graph, :285-295) and
+            # runs eagerly; and steps <= 1 has no draft-decode graph. Capturing neither
+            # saves start-up time and memory without changing what runs.
+            draft_worker.cuda_graph_runner = None
+            draft_worker.cuda_graph_runner_for_draft_extend = None
             if draft_worker.draft_extend_attn_backend is not None:
                 converted.append(use_decode_kernels(draft_worker.draft_extend_attn_backend))
 
         # Instance attributes shadow the methods for this build only.
         target_runner._get_attention_backend = make_target_backend_for_decode
-        draft_worker.init_attention_backend = init_draft_backends_for_decode
+        draft_worker._capture_cuda_graphs = skip_draft_graphs
         try:
             yield
         finally:
             del target_runner._get_attention_backend
-            del draft_worker.init_attention_backend
+            del draft_worker._capture_cuda_graphs
         self.fast_off_path = bool(converted) and all(converted)
