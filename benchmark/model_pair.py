@@ -1,0 +1,396 @@
+"""Make a Llama target + EAGLE-3 draft pair whose greedy agreement is set by one number.
+
+    python benchmark/model_pair.py DIR --shape {8b,1b,tiny} --accept-length A --seed N [--device cuda|cpu]
+
+writes DIR/target (LlamaForCausalLM), DIR/draft (LlamaForCausalLMEagle3) and DIR/design.json. SGLang
+loads them unchanged (--model-path DIR/target --speculative-draft-model-path DIR/draft
+--speculative-algorithm EAGLE3); with 3 steps, topk 1 and 4 draft tokens its measured accept length
+is A. Random weights give accept length 1.0 and hide every benefit of speculation.
+
+How (file:line refer to the installed sglang 0.5.17 under sglang/srt/):
+- Language. A walk set S of hidden_size tokens (no special token, so EOS is never produced), token
+  S[c] owning hidden coordinate c. Every other token shares the coordinate of a random member of S.
+  A seeded single cycle `nxt` over the coordinates is the language: after a token on coordinate c
+  comes S[nxt[c]].
+- Target. Embedding row t is EMBED * e_coord(t); every o_proj and down_proj is 0, so the residual
+  stream never changes (models/llama.py:341-363) and each EAGLE-3 aux state, hidden + residual at
+  the input of layers [2, L//2, L-3] (models/llama.py:435-437, 885-892), is that same one-hot row.
+  q/k/v/gate/up are random, so every GEMM and attention kernel still does its full work. lm_head
+  row S[nxt[c]] is e_c: the right token's logit is ~sqrt(hidden_size), every other logit is exactly
+  0, so greedy output never rests on a bf16 near-tie.
+- Draft, one layer. fc copies the first aux chunk scaled to HID = sqrt(d) (models/llama_eagle3.py:
+  229-238); o_proj = 0 so attention and the token embeddings add nothing
+  (models/llama_eagle3.py:89-106). The MLP reads RMSNorm(h), always ~sqrt(d) on the one hot
+  coordinate c whatever |h| is; unit c fires through gate and up on coordinate c only, and down
+  column c is HID * (e_nxt[c] - e_c) / act, so h + mlp(h) = HID * e_nxt[c]: every draft step moves
+  the hidden one token along the walk. The next step is fed that pre-norm sum
+  (models/llama_eagle3.py:254-260; speculative/eagle_worker_v2.py:692), and since HID = sqrt(d) it
+  equals the normed one too. lm_head row S[nxt[c]] reads e_c for "good" coordinates and row
+  S[nxt[nxt[c]]] (always wrong) for the others.
+- Accept length. After a verify the draft hidden sits on the latest token's coordinate c; step k
+  proposes the right token iff the k-th coordinate of the walk from c is good. A good set of
+  density q gives 1 + q + q^2 + q^3 in expectation; the set actually drawn (nested in q for one
+  seed) is tuned so that its exact mean over all starting coordinates is A.
+
+Only the structure (walk, coordinates, good set) decides behaviour; it is drawn on the CPU from the
+seed, so it is identical on every device. The random q/k/v/gate/up filler is drawn on --device and
+differs between cpu and cuda, which changes no output.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterator
+
+import torch
+from safetensors.torch import save_file
+
+VOCAB = 32000
+NUM_SPECIAL = 3  # <unk>, <s>, </s>: never in the walk, so the target never ends a request
+NUM_STEPS = 3  # --speculative-num-steps the accept length is designed for
+EMBED = 1.0  # value of the one-hot target embedding
+GATE = 8.0  # pre-activation of a firing draft MLP unit: SiLU(8) ~ 8, away from SiLU's bend
+FILL_STD = 0.02  # random filler, Llama's init scale
+RMS_EPS = 1e-5
+LAYERS_PER_SHARD = 8  # 8b target: 4 shards of ~3.6 GB, bounds host memory while writing
+FORMAT_VERSION = 1  # bump when the construction changes: a stale DIR/target is then rebuilt
+
+SHAPES = {  # Llama-3-8B, Llama-3.2-1B-like, and a CPU test shape (>= 7 layers: distinct aux layers)
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+               num_attention_heads=32, num_key_value_heads=8),
+    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+               num_attention_heads=32, num_key_value_heads=8),
+    "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=8,
+                 num_attention_heads=4, num_key_value_heads=2),
+}
+
+
+def expected_accept_length(q: float, steps: int = NUM_STEPS) -> float:
+    return sum(q**k for k in range(steps + 1))
+
+
+def solve_q(accept_length: float, steps: int = NUM_STEPS) -> float:
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # bisection: expected_accept_length is increasing on [0, 1]
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_accept_length(mid, steps) < accept_length else (lo, mid)
+    return (lo + hi) / 2
+
+
+def mean_accept_length(good: torch.Tensor, nxt: torch.Tensor, steps: int = NUM_STEPS) -> float:
+    """Accept length averaged over every coordinate as the start of a draft chain."""
+    at, run, total = torch.arange(len(nxt)), torch.ones(len(nxt), dtype=torch.bool), 1.0
+    for _ in range(steps):
+        run &= good[at]
+        total += run.double().mean().item()
+        at = nxt[at]
+    return total
+
+
+def simulate_serving(good: torch.Tensor, nxt: torch.Tensor, output_len: int = 256,
+                     steps: int = NUM_STEPS) -> float:
+    """What SGLang reports: sum of (correct drafts + 1) over all verifies / number of verifies
+    (managers/scheduler_components/metrics_reporter.py:364-365), one request per start coordinate.
+    The prefill gives the first token; each verify then moves the walk by accepted + 1."""
+    at = torch.arange(len(nxt))
+    made = torch.ones(len(nxt), dtype=torch.long)
+    tokens = verifies = 0
+    while (live := made < output_len).any():
+        run, accepted, p = live.clone(), torch.zeros_like(made), at.clone()
+        for _ in range(steps):
+            run &= good[p]
+            accepted += run
+            p = nxt[p]
+        tokens += int((accepted + 1)[live].sum())
+        verifies += int(live.sum())
+        for k in range(steps + 1):  # advance each live request by accepted + 1 tokens
+            at = torch.where(live & (k <= accepted), nxt[at], at)
+        made += torch.where(live, accepted + 1, 0)
+    return tokens / verifies
+
+
+@dataclass
+class Design:
+    shape: str
+    seed: int
+    accept_length: float
+    walk_tokens: torch.Tensor  # [n] token id owning coordinate c
+    coord: torch.Tensor  # [VOCAB] coordinate of every token
+    nxt: torch.Tensor  # [n] the cycle: the token after coordinate c is walk_tokens[nxt[c]]
+    good: torch.Tensor  # [n] the draft proposes walk_tokens[nxt[c]] right after coordinate c
+
+    @property
+    def dims(self) -> dict:
+        return SHAPES[self.shape]
+
+    def summary(self) -> dict:
+        n = len(self.nxt)
+        order, c = [], 0
+        for _ in range(n):  # the walk in cycle order, starting from coordinate 0
+            order.append(int(self.walk_tokens[c]))
+            c = int(self.nxt[c])
+        return {
+            "shape": self.shape, "seed": self.seed, "num_steps": NUM_STEPS,
+            "accept_length": self.accept_length, "q": solve_q(self.accept_length),
+            "expected_accept_length": expected_accept_length(solve_q(self.accept_length)),
+            "good_fraction": self.good.double().mean().item(),
+            "mean_accept_length": mean_accept_length(self.good, self.nxt),
+            "simulated_serving_accept_length": simulate_serving(self.good, self.nxt),
+            "walk_size": n, "walk": order,
+            "good_tokens": sorted(int(t) for t in self.walk_tokens[self.good]),
+        }
+
+
+def make_design(shape: str, accept_length: float, seed: int) -> Design:
+    if not 1.0 <= accept_length <= NUM_STEPS + 1:
+        raise ValueError(f"--accept-length must be in [1, {NUM_STEPS + 1}], got {accept_length}")
+    n = SHAPES[shape]["hidden_size"]
+    g = torch.Generator().manual_seed(seed)
+    walk_tokens = NUM_SPECIAL + torch.randperm(VOCAB - NUM_SPECIAL, generator=g)[:n]
+    coord = torch.randint(0, n, (VOCAB,), generator=g)
+    coord[walk_tokens] = torch.arange(n)
+    cycle = torch.randperm(n, generator=g)
+    nxt = torch.empty(n, dtype=torch.long)
+    nxt[cycle] = cycle.roll(-1)
+    # One uniform per coordinate; the k smallest are good. The same seed then gives nested good
+    # sets across accept lengths, and mean_accept_length grows with k, so bisect k to hit A.
+    rank = torch.rand(n, generator=g).argsort().argsort()
+    lo, hi = 0, n
+    while lo < hi:
+        k = (lo + hi) // 2
+        lo, hi = (k + 1, hi) if mean_accept_length(rank < k, nxt) < accept_length else (lo, k)
+    k = min((max(lo - 1, 0), lo), key=lambda k: abs(mean_accept_length(rank < k, nxt) - accept_length))
+    return Design(shape, seed, accept_length, walk_tokens, coord, nxt, rank < k)
+
+
+def _bf16(x: float) -> float:
+    return torch.tensor(x, dtype=torch.bfloat16).item()
+
+
+def draft_mlp_scales(d: int) -> tuple[float, float, float, float]:
+    """(HID, gate, up, down) weights for the one-hot draft MLP, rounded the way SGLang's bf16
+    path rounds: RMSNorm in fp32 then bf16 (layers/layernorm.py:653-687), one-term GEMMs,
+    SiLU(gate) * up in fp32 then bf16 (layers/activation.py:138-147)."""
+    hid = _bf16(math.sqrt(d))  # draft hidden magnitude: RMSNorm leaves HID * e_c (almost) unchanged
+    m = _bf16(hid / math.sqrt(hid * hid / d + RMS_EPS))
+    gate_w, up_w = _bf16(GATE / m), _bf16(1.0 / m)
+    gate, up = _bf16(gate_w * m), _bf16(up_w * m)
+    act = _bf16(gate / (1 + math.exp(-gate)) * up)
+    return hid, gate_w, up_w, _bf16(hid / act)
+
+
+def _fill(shape: tuple, gen: torch.Generator, device: str) -> torch.Tensor:
+    return (torch.randn(shape, generator=gen, device=device) * FILL_STD).to(torch.bfloat16)
+
+
+def _zeros(*shape: int, device: str) -> torch.Tensor:
+    return torch.zeros(shape, dtype=torch.bfloat16, device=device)
+
+
+def _attention(prefix: str, d_in: int, gen: torch.Generator, device: str, dims: dict) -> dict:
+    hd = dims["hidden_size"] // dims["num_attention_heads"]
+    q, kv = dims["num_attention_heads"] * hd, dims["num_key_value_heads"] * hd
+    return {
+        f"{prefix}.q_proj.weight": _fill((q, d_in), gen, device),
+        f"{prefix}.k_proj.weight": _fill((kv, d_in), gen, device),
+        f"{prefix}.v_proj.weight": _fill((kv, d_in), gen, device),
+        f"{prefix}.o_proj.weight": _zeros(dims["hidden_size"], q, device=device),
+    }
+
+
+def _embedding(design: Design, device: str) -> torch.Tensor:
+    d = design.dims["hidden_size"]
+    emb = _zeros(VOCAB, d, device=device)
+    emb[torch.arange(VOCAB, device=device), design.coord.to(device)] = EMBED
+    return emb
+
+
+def target_shards(design: Design, device: str) -> Iterator[dict[str, torch.Tensor]]:
+    """The target's tensors under Hugging Face names, one shard at a time."""
+    dims, d = design.dims, design.dims["hidden_size"]
+    gen = torch.Generator(device).manual_seed(design.seed)
+    layers = dims["num_hidden_layers"]
+    for first in range(0, layers, LAYERS_PER_SHARD):
+        shard = {"model.embed_tokens.weight": _embedding(design, device)} if first == 0 else {}
+        for i in range(first, min(first + LAYERS_PER_SHARD, layers)):
+            p = f"model.layers.{i}"
+            shard |= _attention(f"{p}.self_attn", d, gen, device, dims)
+            shard[f"{p}.mlp.gate_proj.weight"] = _fill((dims["intermediate_size"], d), gen, device)
+            shard[f"{p}.mlp.up_proj.weight"] = _fill((dims["intermediate_size"], d), gen, device)
+            shard[f"{p}.mlp.down_proj.weight"] = _zeros(d, dims["intermediate_size"], device=device)
+            shard[f"{p}.input_layernorm.weight"] = torch.ones(d, dtype=torch.bfloat16, device=device)
+            shard[f"{p}.post_attention_layernorm.weight"] = torch.ones(d, dtype=torch.bfloat16, device=device)
+        if first + LAYERS_PER_SHARD >= layers:
+            head = _zeros(VOCAB, d, device=device)
+            n = len(design.nxt)
+            head[design.walk_tokens[design.nxt].to(device), torch.arange(n, device=device)] = 1.0
+            shard["model.norm.weight"] = torch.ones(d, dtype=torch.bfloat16, device=device)
+            shard["lm_head.weight"] = head
+        yield shard
+
+
+def draft_tensors(design: Design, device: str) -> dict[str, torch.Tensor]:
+    """The draft's tensors under the names of published EAGLE-3 checkpoints ("midlayer." is
+    mapped to layers.0 at models/llama_eagle3.py:327-337)."""
+    dims, d, inter = design.dims, design.dims["hidden_size"], design.dims["intermediate_size"]
+    n, nxt = len(design.nxt), design.nxt.to(device)
+    c = torch.arange(n, device=device)
+    hid, gate_w, up_w, down_w = draft_mlp_scales(d)
+    gen = torch.Generator(device).manual_seed(design.seed + 1)
+
+    fc = _zeros(d, 3 * d, device=device)
+    fc[c, c] = hid / EMBED  # first aux chunk only; all three are the same one-hot row
+    gate, up = _zeros(inter, d, device=device), _zeros(inter, d, device=device)
+    down = _zeros(d, inter, device=device)
+    gate[c, c], up[c, c] = gate_w, up_w
+    down[nxt, c], down[c, c] = down_w, -down_w
+    wrong = design.walk_tokens[design.nxt[design.nxt]]  # two tokens ahead: never the right one
+    proposal = torch.where(design.good, design.walk_tokens[design.nxt], wrong).to(device)
+    head = _zeros(VOCAB, d, device=device)
+    head.index_put_((proposal, c), torch.ones(n, dtype=torch.bfloat16, device=device), accumulate=True)
+    ones = torch.ones(d, dtype=torch.bfloat16, device=device)
+    return {
+        # SGLang replaces it with the target's (speculative/eagle_worker_v2.py:294-295); kept so
+        # that other loaders see a complete checkpoint.
+        "embed_tokens.weight": _embedding(design, device),
+        "fc.weight": fc,
+        **_attention("midlayer.self_attn", 2 * d, gen, device, dims),
+        "midlayer.hidden_norm.weight": ones,
+        "midlayer.input_layernorm.weight": ones.clone(),
+        "midlayer.post_attention_layernorm.weight": ones.clone(),
+        "midlayer.mlp.gate_proj.weight": gate,
+        "midlayer.mlp.up_proj.weight": up,
+        "midlayer.mlp.down_proj.weight": down,
+        "norm.weight": ones.clone(),
+        "lm_head.weight": head,
+    }
+
+
+def model_configs(shape: str) -> tuple[dict, dict]:
+    dims = SHAPES[shape]
+    base = dict(vocab_size=VOCAB, max_position_embeddings=8192, rms_norm_eps=RMS_EPS,
+                rope_theta=500000.0, hidden_act="silu", bos_token_id=1, eos_token_id=2,
+                tie_word_embeddings=False, dtype="bfloat16", model_type="llama",
+                head_dim=dims["hidden_size"] // dims["num_attention_heads"], **dims)
+    target = {**base, "architectures": ["LlamaForCausalLM"]}
+    # draft_vocab_size keeps the draft's own lm_head (else it borrows the target's:
+    # models/llama_eagle3.py:295-297); no d2t, so draft ids are target ids.
+    draft = {**base, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1,
+             "draft_vocab_size": VOCAB, "target_hidden_size": dims["hidden_size"]}
+    return target, draft
+
+
+@lru_cache(maxsize=1)
+def tokenizer_json() -> str:
+    """A 32k byte-level BPE like the GPU kit's make_models.py, trained on torch's own sources:
+    torch 2.11.0 is pinned on every machine, so the tokenizer is the same everywhere (~2 s)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    root = os.path.dirname(torch.__file__)
+    files = sorted(f for sub in ("_dynamo", "_inductor", "nn")
+                   for f in glob.glob(f"{root}/{sub}/**/*.py", recursive=True))
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<unk>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator((open(f, encoding="utf-8").read() for f in files), trainer)
+    if tok.get_vocab_size() != VOCAB:  # the walk may use any id below VOCAB
+        raise RuntimeError(f"tokenizer has {tok.get_vocab_size()} tokens, expected {VOCAB}")
+    return tok.to_str()
+
+
+def write_tokenizer(out: str) -> None:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(tokenizer_json()),
+                                   unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
+                          "{% endfor %}assistant:")
+    fast.save_pretrained(out)
+
+
+def write_model(out: str, shards: Iterator[dict[str, torch.Tensor]], num_shards: int,
+                config: dict) -> None:
+    os.makedirs(out, exist_ok=True)
+    for old in glob.glob(f"{out}/*.safetensors*"):
+        os.remove(old)
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards):
+        name = (f"model-{i + 1:05d}-of-{num_shards:05d}.safetensors" if num_shards > 1
+                else "model.safetensors")
+        shard = {k: v.contiguous().cpu() for k, v in shard.items()}
+        save_file(shard, f"{out}/{name}", metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(shard, name)
+        total += sum(v.numel() * v.element_size() for v in shard.values())
+    if num_shards > 1:
+        with open(f"{out}/model.safetensors.index.json", "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
+    with open(f"{out}/config.json", "w") as f:
+        json.dump(config, f, indent=1)
+    with open(f"{out}/generation_config.json", "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": 2}, f)
+    write_tokenizer(out)
+
+
+def write_pair(root: str, shape: str, accept_length: float, seed: int, device: str) -> dict:
+    design = make_design(shape, accept_length, seed)
+    target_cfg, draft_cfg = model_configs(shape)
+    # The target depends on shape and seed only: a sweep over accept lengths rewrites the draft.
+    target_cfg["model_pair"] = {"shape": shape, "seed": seed, "format": FORMAT_VERSION}
+    tdir, ddir = f"{root}/target", f"{root}/draft"
+    t0 = time.perf_counter()
+    try:
+        with open(f"{tdir}/config.json") as f:
+            reuse = json.load(f).get("model_pair") == target_cfg["model_pair"]
+    except (OSError, ValueError):
+        reuse = False
+    if reuse:
+        print(f"target: kept {tdir} (same shape and seed)")
+    else:
+        num_shards = math.ceil(SHAPES[shape]["num_hidden_layers"] / LAYERS_PER_SHARD)
+        write_model(tdir, target_shards(design, device), num_shards, target_cfg)
+        print(f"target: wrote {tdir} in {time.perf_counter() - t0:.1f} s")
+    t1 = time.perf_counter()
+    write_model(ddir, iter([draft_tensors(design, device)]), 1, draft_cfg)
+    print(f"draft: wrote {ddir} in {time.perf_counter() - t1:.1f} s")
+    summary = design.summary()
+    with open(f"{tdir}/tokenizer.json", "rb") as f:
+        summary["tokenizer_sha256"] = hashlib.sha256(f.read()).hexdigest()
+    with open(f"{root}/design.json", "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", help="writes DIR/target, DIR/draft and DIR/design.json")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="8b")
+    ap.add_argument("--accept-length", type=float, required=True,
+                    help=f"designed SGLang accept length for {NUM_STEPS} steps, topk 1, "
+                         f"in [1, {NUM_STEPS + 1}]")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=["cuda", "cpu"],
+                    default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="where the tensors are built (default: cuda if available)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    s = write_pair(args.dir, args.shape, args.accept_length, args.seed, args.device)
+    print(f"design: accept length {s['mean_accept_length']:.3f} over all starts "
+          f"(asked {args.accept_length}, q={s['q']:.3f}, good {s['good_fraction']:.3f}), "
+          f"simulated serving {s['simulated_serving_accept_length']:.3f}; "
+          f"walk of {s['walk_size']} tokens; {time.perf_counter() - t0:.1f} s in all")
+    return s
+
+
+if __name__ == "__main__":
+    main()
