@@ -162,7 +162,7 @@ _UNSUPPORTED: tuple[tuple[Callable[[ServerArgs], bool], str, str], ...] = (
     (lambda a: a.enable_multi_layer_eagle, "--enable-multi-layer-eagle",
      "multi-layer EAGLE uses a different worker"),
     (lambda a: a.speculative_adaptive, "--speculative-adaptive",
-     "both would drive the same step-switching controller; pick one"),
+     "both would drive the same step-switching controller"),
 )
 
 

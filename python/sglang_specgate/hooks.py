@@ -96,6 +96,20 @@ HOOKS: tuple[Hook, ...] = (
         "entrypoints/http_server.py:781-806 (/server_info).",
         removal="0.5.23 moves this to SchedulerInternalStateController._add_speculative.",
     ),
+    Hook(
+        target="sglang.srt.managers.scheduler_components.metrics_reporter."
+        "SchedulerMetricsReporter.report_decode_stats",
+        kind="AFTER",
+        implementation="sglang_specgate.observability:export_gate_metrics",
+        why="With --enable-metrics, operators alert on the gate's state and switch rate next to "
+        "SGLang's own spec_accept_length gauges.",
+        how="On ranks that export scheduler metrics, create sglang:spec_gate_active, "
+        "sglang:spec_gate_switches_total and sglang:spec_gate_decode_steps_total{mode} lazily "
+        "(after PROMETHEUS_MULTIPROC_DIR is set) and feed them the policy's counters.",
+        upstream="srt/managers/scheduler_components/metrics_reporter.py:695 "
+        "report_decode_stats; observability/metrics_collector.py:240-259 (labels).",
+        removal="When SGLang exposes a metrics extension point for plugins.",
+    ),
 )
 
 

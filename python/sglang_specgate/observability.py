@@ -1,16 +1,23 @@
-"""The gate's counters in /server_info (and, from the scheduler process, Prometheus).
+"""The gate's counters in /server_info and Prometheus, and its switch log line.
 
 Nothing here imports prometheus_client at plugin load: SGLang picks its multiprocess mode
-when prometheus_client is first imported, after the launcher sets PROMETHEUS_MULTIPROC_DIR.
+when prometheus_client is first imported, after the launcher sets PROMETHEUS_MULTIPROC_DIR
+(metrics_collector.py:248), so the metrics are created lazily in the scheduler process.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+
+logger = logging.getLogger("sglang_specgate")
+
+SWITCH_LOG_INTERVAL_S = 10.0
+
 
 def gate_of(scheduler):
     """The policy of a scheduler's gated worker, or None when the gate is not in use."""
-    worker = getattr(scheduler, "draft_worker", None)
-    return getattr(worker, "gate", None)
+    return getattr(getattr(scheduler, "draft_worker", None), "gate", None)
 
 
 def add_gate_state(result, scheduler, *args, **kwargs):
@@ -22,3 +29,80 @@ def add_gate_state(result, scheduler, *args, **kwargs):
             "fast_off_path": scheduler.draft_worker.fast_off_path,
         }
     return result
+
+
+class GateMetrics:
+    """``sglang:spec_gate_active``, ``sglang:spec_gate_switches_total`` and
+    ``sglang:spec_gate_decode_steps_total{mode}``, fed from the policy's counters."""
+
+    def __init__(self, labels: dict[str, str]):
+        from prometheus_client import Counter, Gauge
+
+        names = list(labels)
+        self.labels = labels
+        self.active = Gauge(
+            "sglang:spec_gate_active", "1 while the gate lets decode steps speculate, else 0.",
+            labelnames=names, multiprocess_mode="mostrecent",
+        )
+        self.switches = Counter(
+            "sglang:spec_gate_switches", "Times the gate turned speculation on or off.",
+            labelnames=names,
+        )
+        self.decode_steps = Counter(
+            "sglang:spec_gate_decode_steps", "Decode steps by mode (spec: speculative, plain: gated off).",
+            labelnames=names + ["mode"],
+        )
+        self._reported = {"switches": 0, "spec": 0, "plain": 0}
+
+    def update(self, snapshot: dict) -> None:
+        self.active.labels(**self.labels).set(1 if snapshot["active"] else 0)
+        for key, counter, extra in (
+            ("switches", self.switches, {}),
+            ("spec", self.decode_steps, {"mode": "spec"}),
+            ("plain", self.decode_steps, {"mode": "plain"}),
+        ):
+            total = snapshot["switches" if key == "switches" else f"decode_steps_{key}"]
+            if total > self._reported[key]:
+                counter.labels(**self.labels, **extra).inc(total - self._reported[key])
+                self._reported[key] = total
+
+
+def export_gate_metrics(result, reporter, *args, **kwargs):
+    """AFTER hook on ``SchedulerMetricsReporter.report_decode_stats`` (called once per decode
+    batch result, on the ranks that export scheduler metrics)."""
+    if not reporter.current_scheduler_metrics_enabled:
+        return result
+    gate = gate_of(reporter.scheduler)
+    if gate is None:
+        return result
+    metrics = getattr(reporter, "_spec_gate_metrics", None)
+    if metrics is None:
+        metrics = reporter._spec_gate_metrics = GateMetrics(reporter.metrics_collector.labels)
+    metrics.update(gate.snapshot())
+    return result
+
+
+class SwitchLog:
+    """One INFO line per switch, at most one per interval; the suppressed count is reported.
+    Wall-clock time only throttles logging: the gate's decisions never read it."""
+
+    def __init__(self, interval_s: float = SWITCH_LOG_INTERVAL_S, clock=time.monotonic):
+        self.interval_s = interval_s
+        self.clock = clock
+        self._last = None
+        self._suppressed = 0
+
+    def switched(self, speculating: bool, decode_batch_size: int, threshold: int) -> None:
+        now = self.clock()
+        if self._last is not None and now - self._last < self.interval_s:
+            self._suppressed += 1
+            return
+        state = "on" if speculating else "off"
+        relation = "<=" if speculating else ">"
+        suppressed = f" ({self._suppressed} more switches not logged)" if self._suppressed else ""
+        logger.info(
+            "spec gate: speculation %s (decode batch %d %s %d)%s",
+            state, decode_batch_size, relation, threshold, suppressed,
+        )
+        self._last = now
+        self._suppressed = 0

@@ -18,6 +18,7 @@ from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
+from sglang_specgate.observability import SwitchLog
 from sglang_specgate.one_token_decode import use_decode_kernels
 from sglang_specgate.policy import SpecGatePolicy
 
@@ -43,13 +44,18 @@ def select_worker_class(worker_cls, algorithm, server_args):
 class GatePolicyParams:
     """The policy in the shape ``AdaptiveController`` calls (its ``params`` object)."""
 
-    def __init__(self, policy: SpecGatePolicy, speculative_steps: int):
+    def __init__(self, policy: SpecGatePolicy, speculative_steps: int, switch_log: SwitchLog | None = None):
         self.policy = policy
         self.speculative_steps = speculative_steps
         self.candidate_steps = [self.speculative_steps, PLAIN_STEPS]
+        self.switch_log = switch_log or SwitchLog()
 
     def get_steps_for_batch(self, batch_size: int) -> int:
-        return self.speculative_steps if self.policy.step(batch_size) else PLAIN_STEPS
+        switches = self.policy.counters.switches
+        speculate = self.policy.step(batch_size)
+        if self.policy.counters.switches != switches:
+            self.switch_log.switched(speculate, batch_size, self.policy.config.threshold)
+        return self.speculative_steps if speculate else PLAIN_STEPS
 
     def on_verify_complete(self, num_correct_drafts_per_req, batch_size) -> None:
         return None  # the gate ignores acceptance: decisions depend on batch size only

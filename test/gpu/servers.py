@@ -1,0 +1,81 @@
+"""Real SGLang servers for the GPU tests, and the load that makes the gate switch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHAPE = os.environ.get("SPECGATE_GPU_SHAPE", "1b")
+THRESHOLD = 8
+SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+# The kit ships only Triton attention and no grammar backends (shared/gpu/README.md).
+COMMON_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
+                "--grammar-backend", "none", "--max-running-requests", "64",
+                "--cuda-graph-max-bs", "64", "--mem-fraction-static", "0.7"]
+
+
+class Server:
+    def __init__(self, name: str, argv: list[str], port: int, log_dir: Path, tp: int = 1):
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log_dir / f"server-{name}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang.launch_server", *argv, *COMMON_FLAGS,
+             "--tp-size", str(tp), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server {name} exited:\n{self.log.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=2)
+                return
+            except OSError:
+                time.sleep(2)
+        self.stop()
+        raise TimeoutError(f"server {name} did not become healthy")
+
+    def get(self, path: str):
+        return urllib.request.urlopen(self.url + path, timeout=60).read().decode()
+
+    def generate(self, input_ids: list[int], **sampling) -> dict:
+        body = json.dumps({"input_ids": input_ids, "sampling_params": sampling}).encode()
+        request = urllib.request.Request(self.url + "/generate", body, {"Content-Type": "application/json"})
+        return json.load(urllib.request.urlopen(request, timeout=600))
+
+    def gate_state(self) -> dict | None:
+        return json.loads(self.get("/server_info"))["internal_states"][0].get("spec_gate")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def ramping_load(server: Server, prompts: list[list[int]], long_tokens: int, short_tokens: int,
+                 bursts: int, **sampling) -> list[dict]:
+    """Four long requests run while bursts of short ones push the decode batch above the
+    threshold and drain again, so the long requests live through on->off->on switches."""
+    long_prompts, short_prompts = prompts[:4], prompts[4:]
+    per_burst = max(1, len(short_prompts) // bursts)
+    with ThreadPoolExecutor(max_workers=4 + per_burst) as pool:
+        longs = [pool.submit(server.generate, p, max_new_tokens=long_tokens, **sampling)
+                 for p in long_prompts]
+        shorts = []
+        for b in range(bursts):
+            time.sleep(1.0)
+            batch = short_prompts[b * per_burst:(b + 1) * per_burst]
+            futures = [pool.submit(server.generate, p, max_new_tokens=short_tokens, **sampling)
+                       for p in batch]
+            shorts += [f.result() for f in futures]  # drain: the batch falls back to 4
+        return [f.result() for f in longs] + shorts

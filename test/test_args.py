@@ -1,0 +1,194 @@
+"""The gate's ServerArgs fields through SGLang's real argument machinery (in this process,
+after SGLang's own plugin loader ran): CLI, --config YAML, env, Engine kwargs, pickling and
+every bad input's message."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("plugins_loaded", "clean_env")
+
+FLAG = "--speculative-disable-batch-threshold"
+ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
+
+
+def parse(argv):
+    from sglang.srt.server_args import prepare_server_args
+
+    return prepare_server_args(argv)
+
+
+def test_serverargs_is_the_gate_subclass():
+    from sglang.srt.entrypoints.engine import Engine
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_specgate.args import GateServerArgs
+
+    assert ServerArgs is GateServerArgs
+    assert Engine.server_args_class is GateServerArgs
+
+
+def test_cli_flag(eagle_argv):
+    args = parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"])
+    assert args.speculative_disable_batch_threshold == 16
+    assert args.speculative_gate_reenable_threshold == 16  # defaults to N
+    assert args.speculative_gate_dwell_steps == 8
+    assert args.gate_config().enabled
+
+
+def test_unset_means_disabled(eagle_argv):
+    args = parse(eagle_argv)
+    assert args.speculative_disable_batch_threshold == 0
+    assert not args.gate_config().enabled
+
+
+def test_hysteresis_flags(eagle_argv):
+    args = parse(eagle_argv + [FLAG, "16", "--speculative-gate-reenable-threshold", "10",
+                               "--speculative-gate-dwell-steps", "0"])
+    cfg = args.gate_config()
+    assert (cfg.threshold, cfg.reenable_threshold, cfg.dwell_steps) == (16, 10, 0)
+
+
+def test_env_applies_when_flag_absent(eagle_argv, monkeypatch):
+    monkeypatch.setenv(ENV, "12")
+    assert parse(eagle_argv).speculative_disable_batch_threshold == 12
+
+
+def test_explicit_flag_wins_over_env(eagle_argv, monkeypatch):
+    monkeypatch.setenv(ENV, "12")
+    assert parse(eagle_argv + [FLAG, "20"]).speculative_disable_batch_threshold == 20
+    # An explicit 0 turns the gate off even when the environment asks for it.
+    assert parse(eagle_argv + [FLAG, "0"]).speculative_disable_batch_threshold == 0
+
+
+def test_yaml_config(eagle_argv, tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV, "5")
+    config = tmp_path / "server.yaml"
+    config.write_text("speculative-disable-batch-threshold: 24\nspeculative-gate-dwell-steps: 3\n")
+    args = parse(eagle_argv + ["--config", str(config)])
+    assert args.speculative_disable_batch_threshold == 24
+    assert args.speculative_gate_dwell_steps == 3
+    # The command line wins over the file, as for every SGLang option.
+    assert parse(eagle_argv + ["--config", str(config), FLAG, "30"]).speculative_disable_batch_threshold == 30
+
+
+def engine_kwargs(model_dirs, **extra):
+    target, draft = model_dirs
+    return dict(
+        model_path=target, device="cuda", speculative_algorithm="EAGLE3",
+        speculative_draft_model_path=draft, speculative_num_steps=3,
+        speculative_eagle_topk=1, speculative_num_draft_tokens=4, **extra,
+    )
+
+
+def test_engine_kwargs_path(model_dirs, monkeypatch):
+    # sglang.Engine(**kwargs) does exactly `self.server_args_class(**kwargs)` after
+    # load_plugins() (engine.py:224-235); starting the Engine itself needs a GPU.
+    from sglang.srt.entrypoints.engine import Engine
+
+    args = Engine.server_args_class(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=6))
+    assert args.speculative_disable_batch_threshold == 6
+    monkeypatch.setenv(ENV, "9")
+    assert Engine.server_args_class(**engine_kwargs(model_dirs)).speculative_disable_batch_threshold == 9
+
+
+def test_pickles_to_children_intact(eagle_argv):
+    # Scheduler processes are spawned and receive server_args pickled (engine.py:1670).
+    args = parse(eagle_argv + [FLAG, "16", "--speculative-gate-dwell-steps", "2"])
+    clone = pickle.loads(pickle.dumps(args))
+    assert type(clone) is type(args)
+    assert clone.gate_config() == args.gate_config()
+
+
+def test_visible_in_server_info_dict(eagle_argv):
+    # /server_info serializes the dataclass fields (http_server.py:781-806).
+    import dataclasses
+
+    info = dataclasses.asdict(parse(eagle_argv + [FLAG, "16"]))
+    assert info["speculative_disable_batch_threshold"] == 16
+
+
+# prepare_server_args re-configures root logging onto stderr (server_args.py:9371), so
+# warnings are read from stderr rather than caplog.
+def test_warns_when_threshold_can_never_fire(eagle_argv, capsys):
+    parse(eagle_argv + [FLAG, "48"])  # max_running_requests defaults to 48 under spec
+    err = capsys.readouterr().err
+    assert f"{FLAG} 48 never fires" in err
+    assert "--max-running-requests" in err
+
+
+def test_warns_when_threshold_above_largest_graph(eagle_argv, capsys):
+    parse(eagle_argv + [FLAG, "64", "--max-running-requests", "256", "--cuda-graph-max-bs", "32"])
+    err = capsys.readouterr().err
+    assert "run without CUDA graphs" in err
+    assert "--cuda-graph-max-bs" in err
+
+
+def test_no_warning_for_a_reachable_threshold(eagle_argv, capsys):
+    parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"])
+    assert FLAG not in capsys.readouterr().err
+
+
+EAGLE = None  # marker: prepend the EAGLE-3 configuration
+
+# (name, argv after the marker, env value, substrings the error must contain)
+BAD_CLI = [
+    ("negative", [FLAG, "-1"], None, [FLAG, ">= 0"]),
+    ("not a number", [FLAG, "abc"], None, [FLAG, "non-negative integer", "'abc'"]),
+    ("fraction", [FLAG, "2.5"], None, [FLAG, "non-negative integer"]),
+    ("empty", [FLAG, ""], None, [FLAG, "non-negative integer"]),
+    ("negative dwell", [FLAG, "8", "--speculative-gate-dwell-steps", "-3"], None,
+     ["--speculative-gate-dwell-steps", ">= 0"]),
+    ("re-enable above threshold", [FLAG, "8", "--speculative-gate-reenable-threshold", "9"], None,
+     ["--speculative-gate-reenable-threshold", "must be <=", FLAG]),
+    ("garbage env", [], "lots", [ENV, "non-negative integer", "'lots'"]),
+    ("negative env", [], "-4", [ENV, ">= 0"]),
+    ("float env", [], "1e3", [ENV, "non-negative integer"]),
+    ("topk > 1", [FLAG, "8", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
+     None, [FLAG, "--speculative-eagle-topk 1"]),
+    ("dp attention", [FLAG, "8", "--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], None,
+     [FLAG, "--enable-dp-attention", "Drop one"]),
+    ("pipeline parallel", [FLAG, "8", "--pp-size", "2"], None, [FLAG, "--pp-size"]),
+    ("two-batch overlap", [FLAG, "8", "--enable-two-batch-overlap"], None, [FLAG, "--enable-two-batch-overlap"]),
+    ("pdmux", [FLAG, "8", "--enable-pdmux"], None, [FLAG, "--enable-pdmux"]),
+    ("lora", [FLAG, "8", "--enable-lora", "--max-lora-rank", "8", "--lora-target-modules", "q_proj"],
+     None, [FLAG, "--enable-lora"]),
+    ("multi-layer eagle", [FLAG, "8", "--enable-multi-layer-eagle"], None, [FLAG, "--enable-multi-layer-eagle"]),
+    ("with upstream adaptive", [FLAG, "8", "--speculative-adaptive"], None, [FLAG, "--speculative-adaptive"]),
+]
+
+
+@pytest.mark.parametrize("name, extra, env, expected", BAD_CLI, ids=[c[0] for c in BAD_CLI])
+def test_bad_cli_input_exits_2_with_clear_message(name, extra, env, expected, eagle_argv, monkeypatch, capsys):
+    if env is not None:
+        monkeypatch.setenv(ENV, env)
+    with pytest.raises(SystemExit) as exit_info:
+        parse(eagle_argv + extra)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    for text in expected:
+        assert text in err, f"{text!r} missing from: {err}"
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--speculative-disable-batch-threshold", "8"], "needs --speculative-algorithm EAGLE or EAGLE3 (got None)"),
+    (["--speculative-algorithm", "NGRAM", "--speculative-disable-batch-threshold", "8"], "(got NGRAM)"),
+], ids=["no speculation", "ngram"])
+def test_threshold_without_eagle(argv, expected, model_dirs, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse(["--model-path", model_dirs[0], "--device", "cuda", *argv])
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["8x", -2, 2.0, True, None.__class__])
+def test_bad_engine_kwarg_raises_named_error(value, model_dirs):
+    from sglang.srt.entrypoints.engine import Engine
+
+    from sglang_specgate.args import SpecGateConfigError
+
+    with pytest.raises(SpecGateConfigError, match="--speculative-disable-batch-threshold"):
+        Engine.server_args_class(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=value))

@@ -1,0 +1,94 @@
+"""The fast off path's attention switch, on CPU: which forwards it converts and how.
+
+The kernels themselves need a GPU (test/gpu and benchmark/results cover them); here a real
+ForwardBatch is built on CPU tensors and the backend class swap is checked on a real
+TritonAttnBackend instance created without running its GPU-allocating __init__.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+from sglang_specgate.one_token_decode import (
+    as_decode_batch,
+    is_one_token_spec_forward,
+    use_decode_kernels,
+)
+
+
+def batch(mode: ForwardMode, seq_lens=(5, 9, 2)) -> ForwardBatch:
+    lens = torch.tensor(seq_lens, dtype=torch.int64)
+    return ForwardBatch(
+        forward_mode=mode, batch_size=len(seq_lens), input_ids=torch.zeros(len(seq_lens)),
+        req_pool_indices=torch.arange(len(seq_lens)), seq_lens=lens,
+        out_cache_loc=torch.arange(len(seq_lens)), seq_lens_sum=int(lens.sum()),
+        seq_lens_cpu=lens.clone(), spec_info=object(),
+    )
+
+
+def test_target_verify_counts_the_new_token():
+    fb = batch(ForwardMode.TARGET_VERIFY)
+    view = as_decode_batch(fb)
+    assert view.forward_mode == ForwardMode.DECODE
+    assert view.spec_info is None
+    assert view.seq_lens.tolist() == [6, 10, 3]
+    assert view.seq_lens_cpu.tolist() == [6, 10, 3]
+    assert view.seq_lens_sum == 19
+    # The original batch is untouched: the model still runs it as TARGET_VERIFY.
+    assert fb.forward_mode == ForwardMode.TARGET_VERIFY and fb.seq_lens.tolist() == [5, 9, 2]
+
+
+def test_draft_extend_already_counts_it():
+    view = as_decode_batch(batch(ForwardMode.DRAFT_EXTEND_V2))
+    assert view.forward_mode == ForwardMode.DECODE
+    assert view.seq_lens.tolist() == [5, 9, 2]
+    assert view.seq_lens_sum == 16
+
+
+@pytest.mark.parametrize("mode, converted", [
+    (ForwardMode.TARGET_VERIFY, True), (ForwardMode.DRAFT_EXTEND_V2, True),
+    (ForwardMode.EXTEND, False), (ForwardMode.DECODE, False), (ForwardMode.IDLE, False),
+])
+def test_only_one_token_speculative_forwards_are_converted(mode, converted):
+    assert is_one_token_spec_forward(batch(mode)) is converted
+
+
+def bare_triton_backend() -> TritonAttnBackend:
+    return object.__new__(TritonAttnBackend)  # __init__ allocates on the GPU
+
+
+def test_class_swap_keeps_identity_and_isinstance():
+    backend = bare_triton_backend()
+    assert use_decode_kernels(backend)
+    assert isinstance(backend, TritonAttnBackend)
+    assert type(backend).__name__ == "OneTokenDecodeTritonAttnBackend"
+    assert use_decode_kernels(backend)  # idempotent
+    assert type(backend).__mro__[1] is TritonAttnBackend
+
+
+def test_prefill_keeps_extend_kernels_and_verify_uses_decode(monkeypatch):
+    backend = bare_triton_backend()
+    use_decode_kernels(backend)
+    calls = []
+    monkeypatch.setattr(TritonAttnBackend, "forward_extend", lambda self, *a, **k: calls.append("extend"))
+    monkeypatch.setattr(TritonAttnBackend, "forward_decode", lambda self, *a, **k: calls.append("decode"))
+    monkeypatch.setattr(TritonAttnBackend, "init_forward_metadata",
+                        lambda self, fb: calls.append(fb.forward_mode.name))
+    for mode in (ForwardMode.EXTEND, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND_V2):
+        fb = batch(mode)
+        backend.init_forward_metadata(fb)
+        backend.forward_extend(None, None, None, None, fb)
+    assert calls == ["EXTEND", "extend", "DECODE", "decode", "DECODE", "decode"]
+
+
+def test_unverified_backend_is_left_alone(caplog):
+    class SomeOtherBackend(TritonAttnBackend):
+        pass
+
+    backend = object.__new__(SomeOtherBackend)
+    assert not use_decode_kernels(backend)
+    assert type(backend) is SomeOtherBackend
+    assert "not verified for the fast off path" in caplog.text

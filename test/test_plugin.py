@@ -1,0 +1,141 @@
+"""Plugin discovery and hook application in fresh processes, as SGLang does them, and the
+ways a server asked for the gate refuses to start without it."""
+
+from __future__ import annotations
+
+import pkgutil
+
+import pytest
+
+from fresh_process import run_python
+from sglang_specgate import hooks
+
+FLAG = "--speculative-disable-batch-threshold"
+
+
+def test_registry_entries_are_documented_and_resolve():
+    targets = [h.target for h in hooks.HOOKS]
+    assert len(targets) == len(set(targets))
+    for hook in hooks.HOOKS:
+        assert hook.kind in ("REPLACE", "AROUND", "AFTER", "BEFORE")
+        for text in (hook.why, hook.how, hook.upstream, hook.removal):
+            assert len(text) > 20, hook.target
+        pkgutil.resolve_name(hook.implementation)
+    assert hooks.unresolved_targets() == []
+
+
+def test_sglang_loader_discovers_plugin_and_applies_every_hook_and_nothing_else():
+    result = run_python(["-c", """
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+load_plugins()
+from sglang_specgate import hooks
+ours = sorted(t for t, entries in HookRegistry._hooks.items()
+              if any(src and src.plugin_name == "spec_gate" for _, _, src in entries))
+print("INACTIVE", hooks.inactive_targets())
+print("OURS", ours == sorted(h.target for h in hooks.HOOKS))
+"""])
+    assert result.returncode == 0, result.stderr
+    assert "INACTIVE []" in result.stdout
+    assert "OURS True" in result.stdout
+
+
+def test_launch_server_help_lists_the_flags():
+    result = run_python(["-m", "sglang.launch_server", "--help"])
+    assert result.returncode == 0, result.stderr
+    for flag in (FLAG, "--speculative-gate-dwell-steps", "--speculative-gate-reenable-threshold"):
+        assert flag in result.stdout
+
+
+def test_sglang_serve_help_does_not_load_plugins():
+    # Documented limitation (README): `sglang serve --help` prints help before calling
+    # load_plugins (sglang/cli/serve.py:57-95). If this starts failing, upstream fixed it:
+    # update the README.
+    result = run_python(["-c", "import sys; from sglang.cli.main import main; sys.argv=['sglang','serve','--help']; main()"])
+    assert "--speculative-eagle-topk" in result.stdout
+    assert FLAG not in result.stdout
+
+
+def test_bad_value_on_the_real_command_line_is_a_usage_error(eagle_argv):
+    result = run_python(["-m", "sglang.launch_server", *eagle_argv, FLAG, "-3"])
+    assert result.returncode == 2
+    assert f"argument {FLAG}: must be >= 0" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_resolution_error_on_the_real_command_line_has_no_traceback(model_dirs):
+    result = run_python(["-m", "sglang.launch_server", "--model-path", model_dirs[0],
+                         "--device", "cuda", FLAG, "8"])
+    assert result.returncode == 2
+    assert "needs --speculative-algorithm EAGLE or EAGLE3" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_server_refuses_the_flag_when_the_plugin_is_disabled(eagle_argv):
+    result = run_python(["-m", "sglang.launch_server", *eagle_argv, FLAG, "8"],
+                        env={"SGLANG_PLUGINS": "some_other_plugin"})
+    assert result.returncode == 2
+    assert f"unrecognized arguments: {FLAG} 8" in result.stderr
+
+
+def test_server_refuses_to_start_when_a_gate_hook_failed_to_apply(eagle_argv):
+    # SGLang's loader logs and skips a hook that fails to apply (hook_registry.py:165); the
+    # gate must then refuse rather than run ungated. The failure is injected into the
+    # registry's apply step for one target.
+    result = run_python(["-c", f"""
+import sys
+from sglang.srt.plugins.hook_registry import HookRegistry
+original = HookRegistry._apply_target.__func__
+def failing(cls, target, entries):
+    if target.endswith("create_worker"):
+        raise RuntimeError("simulated incompatible target")
+    return original(cls, target, entries)
+HookRegistry._apply_target = classmethod(failing)
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+prepare_server_args({eagle_argv!r} + ["{FLAG}", "8"])
+"""])
+    assert result.returncode == 2
+    assert "hooks are not active" in result.stderr
+    assert "create_worker" in result.stderr
+
+
+def test_incompatible_sglang_version_fails_loudly():
+    result = run_python(["-c", """
+import sglang
+sglang.__version__ = "0.5.99"
+from sglang.srt.plugins import load_plugins
+load_plugins()
+print("still running")
+"""])
+    assert result.returncode == 1
+    assert "sglang-specgate supports SGLang 0.5.17, found 0.5.99" in result.stderr
+    assert "still running" not in result.stdout
+
+
+def test_doctor_passes(eagle_argv):
+    result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "16",
+                         "--max-running-requests", "64"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[FAIL]" not in result.stdout
+    assert result.stdout.count("applied") == len(hooks.HOOKS)
+    assert "effective gate: threshold 16, re-enable <= 16 after 8 steps" in result.stdout
+
+
+def test_doctor_fails_when_plugin_excluded():
+    result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_PLUGINS": "other"})
+    assert result.returncode == 1
+    assert "[FAIL] SGLANG_PLUGINS" in result.stdout
+
+
+def test_console_script_usage():
+    result = run_python(["-m", "sglang_specgate"])
+    assert result.returncode == 2
+    assert "usage: python -m sglang_specgate doctor" in result.stdout
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.23", "1.0.0"])
+def test_version_check_messages(version):
+    with pytest.raises(hooks.IncompatibleSGLangError, match="pip install sglang==0.5.17"):
+        hooks.check_sglang_version(version)

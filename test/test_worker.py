@@ -1,0 +1,90 @@
+"""The gated worker's CPU-side wiring: worker selection and the policy driving SGLang's real
+AdaptiveController. The GPU worker itself is replaced by a stand-in implementing upstream's
+AdaptiveSpecWorker protocol (build_adaptive_runtime_state / apply_runtime_state), since
+building one needs a GPU; test/gpu runs the real one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.standalone_worker_v2 import StandaloneWorkerV2
+
+from sglang_specgate.args import SpecGateConfigError
+from sglang_specgate.policy import GateConfig, SpecGatePolicy
+from sglang_specgate.worker import (
+    GateController,
+    GatedEAGLEWorkerV2,
+    GatePolicyParams,
+    select_worker_class,
+)
+
+
+class Args:
+    def __init__(self, threshold):
+        self.speculative_disable_batch_threshold = threshold
+
+
+def test_gate_selects_the_gated_subclass_only_when_enabled():
+    assert select_worker_class(EAGLEWorkerV2, SpeculativeAlgorithm.EAGLE3, Args(8)) is GatedEAGLEWorkerV2
+    assert select_worker_class(EAGLEWorkerV2, SpeculativeAlgorithm.EAGLE3, Args(0)) is EAGLEWorkerV2
+    assert issubclass(GatedEAGLEWorkerV2, EAGLEWorkerV2)
+
+
+def test_gate_refuses_a_worker_it_cannot_drive():
+    with pytest.raises(SpecGateConfigError, match="needs SGLang's EAGLEWorkerV2"):
+        select_worker_class(StandaloneWorkerV2, SpeculativeAlgorithm.STANDALONE, Args(8))
+
+
+@dataclass
+class StandInState:
+    speculative_num_steps: int
+
+
+class StandInWorker:
+    """Upstream's AdaptiveSpecWorker protocol; a state carries only its step count here."""
+
+    def __init__(self, steps):
+        self.speculative_num_steps = steps
+        self.built = []
+
+    def build_adaptive_runtime_state(self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None):
+        self.built.append((speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs))
+        return StandInState(speculative_num_steps)
+
+    def apply_runtime_state(self, state):
+        self.speculative_num_steps = state.speculative_num_steps
+
+
+def controller(threshold=8, dwell=0):
+    worker = StandInWorker(steps=3)
+    policy = SpecGatePolicy(GateConfig(threshold, threshold, dwell))
+    ctrl = GateController(worker, GatePolicyParams(policy, worker.speculative_num_steps))
+    ctrl.register(StandInState(3))  # as EAGLEWorkerV2.init_cuda_graphs registers the running state
+    ctrl.init_states(cuda_graph_bs=[1, 2, 4, 8, 16])
+    return worker, ctrl, policy
+
+
+def test_init_builds_only_the_plain_state_for_every_graph_size():
+    worker, _, _ = controller()
+    assert worker.built == [(0, 1, None)]  # None: capture all decode graph sizes
+    assert worker.speculative_num_steps == 3  # starts speculating
+
+
+def test_decode_batches_switch_between_states():
+    worker, ctrl, policy = controller(threshold=8, dwell=1)
+    seen = []
+    for bs in [4, 9, 12, 8, 8, 3]:
+        ctrl.activate_step_by_batch(bs)
+        seen.append(worker.speculative_num_steps)
+    assert seen == [3, 0, 0, 0, 3, 3]
+    assert policy.counters.switches == 2
+
+
+def test_acceptance_feedback_never_moves_the_gate():
+    worker, ctrl, _ = controller()
+    ctrl.on_verify_complete([0, 0, 0, 0], batch_size=4)
+    ctrl.on_verify_complete([3, 3, 3], batch_size=3)
+    assert worker.speculative_num_steps == 3
