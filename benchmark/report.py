@@ -1,0 +1,285 @@
+"""Tables and a plot derived from a sweep's raw results.
+
+    python benchmark/report.py benchmark/results/<run> [more runs ...]
+
+Reads ``raw.jsonl`` (closed loop), ``gate.jsonl`` (gate counters) and ``bursty.jsonl``
+(per-request details) of each run; with several runs the rows are pooled and, for the same
+configuration and concurrency, the later run wins. Writes ``report.md`` (also printed) and, if
+matplotlib is installed (``pip install 'sglang-specgate[bench]'``), ``throughput.png`` into the
+first run directory (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+BASELINES = ("plain", "spec")
+
+
+def load_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def config_of(tag: str) -> str:
+    """``"gate-8,c=16"`` -> ``"gate-8"``: the sweep starts every tag with its configuration."""
+    return tag.split(",")[0]
+
+
+def tag_fields(tag: str) -> dict[str, str]:
+    """``"gate-8,bursty,phase=1,rate=32,s=60"`` -> ``{"phase": "1", "rate": "32", "s": "60"}``."""
+    return dict(part.split("=", 1) for part in tag.split(",") if "=" in part)
+
+
+@dataclass
+class Results:
+    closed: dict[str, dict[int, dict]] = field(default_factory=dict)  # config -> C -> row
+    gate: dict[str, dict] = field(default_factory=dict)  # tag -> gate.jsonl row
+    bursty: dict[str, list[dict]] = field(default_factory=dict)  # config -> phase rows
+
+    def envelope(self) -> dict[int, float]:
+        """max(plain, always-on) output tok/s at each concurrency measured for both."""
+        plain, spec = (self.closed.get(name, {}) for name in BASELINES)
+        return {c: max(plain[c]["output_throughput"], spec[c]["output_throughput"])
+                for c in sorted(plain.keys() & spec.keys())}
+
+    def gated(self) -> list[str]:
+        return [name for name in self.closed if name not in BASELINES]
+
+
+def load(run_dirs: Iterable[Path]) -> Results:
+    res = Results()
+    for run in run_dirs:
+        for row in load_jsonl(run / "raw.jsonl"):
+            res.closed.setdefault(config_of(row["tag"]), {})[row["max_concurrency"]] = row
+        for row in load_jsonl(run / "gate.jsonl"):
+            res.gate[row["tag"]] = row
+        phases: dict[str, dict[int, dict]] = {}
+        for row in load_jsonl(run / "bursty.jsonl"):
+            phases.setdefault(config_of(row["tag"]), {})[int(tag_fields(row["tag"])["phase"])] = row
+        for name, by_phase in phases.items():
+            res.bursty[name] = [by_phase[k] for k in sorted(by_phase)]
+    return res
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks, as numpy.percentile's default."""
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def fmt(value: Optional[float], digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def p50_p99(values: list[float]) -> str:
+    return f"{fmt(percentile(values, 50))} / {fmt(percentile(values, 99))}" if values else "–"
+
+
+def p99(values: list[float]) -> str:
+    return fmt(percentile(values, 99), 2) if values else "–"
+
+
+def gate_cells(delta: Optional[dict]) -> list[str]:
+    if delta is None:
+        return ["–", "–"]
+    return [f"{delta['decode_steps_spec']} / {delta['decode_steps_plain']}", str(delta["switches"])]
+
+
+def closed_table(res: Results) -> str:
+    rows = []
+    for name, by_c in res.closed.items():
+        for c, r in sorted(by_c.items()):
+            delta = res.gate.get(r["tag"], {}).get("delta")
+            rows.append([
+                name, str(c), fmt(r["output_throughput"]),
+                f"{fmt(r['median_ttft_ms'])} / {fmt(r['p99_ttft_ms'])}",
+                f"{fmt(r['median_tpot_ms'], 2)} / {fmt(r['p99_tpot_ms'], 2)}",
+                f"{fmt(r['median_itl_ms'], 2)} / {fmt(r['p99_itl_ms'], 2)}",
+                fmt(r.get("accept_length"), 2), *gate_cells(delta),
+            ])
+    return md_table(["config", "C", "out tok/s", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
+                     "ITL p50 / p99 ms", "accept len", "steps spec / plain", "switches"], rows)
+
+
+def envelope_table(res: Results) -> str:
+    env = res.envelope()
+    gated = res.gated()
+    rows = []
+    for c, best in env.items():
+        cells = [str(c), fmt(res.closed["plain"][c]["output_throughput"]),
+                 fmt(res.closed["spec"][c]["output_throughput"]), fmt(best)]
+        for name in gated:
+            row = res.closed[name].get(c)
+            tput = None if row is None else row["output_throughput"]
+            cells.append("–" if tput is None else f"{fmt(tput)} ({tput / best:.2f}×)")
+        rows.append(cells)
+    return md_table(["C", "plain", "spec", "max(plain, spec)", *gated], rows)
+
+
+@dataclass(frozen=True)
+class BurstyStats:
+    requests: int
+    good: int
+    seconds: float  # nominal length of the scenario: the sum of its phases
+    ttft_ms: list[float]
+    tpot_ms: list[float]
+
+    @property
+    def goodput(self) -> float:
+        return self.good / self.seconds
+
+
+def bursty_stats(phases: list[dict], slo_ttft_ms: float, slo_tpot_ms: float) -> BurstyStats:
+    """Per-request TTFT and TPOT from the sweep's bursty rows (``decode_s``: see
+    sweep.compact_details); a request is good when it succeeded and met both SLOs. TPOT is
+    the client's definition: decode time / (output tokens - 1)."""
+    requests = good = 0
+    ttfts, tpots = [], []
+    for row in phases:
+        for ttft, decode_s, out_len, error in zip(row["ttfts"], row["decode_s"],
+                                                  row["output_lens"], row["errors"]):
+            requests += 1
+            if error:
+                continue
+            ttft_ms = ttft * 1000
+            tpot_ms = decode_s * 1000 / (out_len - 1) if out_len > 1 else None
+            ttfts.append(ttft_ms)
+            if tpot_ms is not None:
+                tpots.append(tpot_ms)
+            good += ttft_ms <= slo_ttft_ms and (tpot_ms is None or tpot_ms <= slo_tpot_ms)
+    seconds = sum(float(tag_fields(r["tag"])["s"]) for r in phases)
+    return BurstyStats(requests, good, seconds, ttfts, tpots)
+
+
+def bursty_tables(res: Results, slo_ttft_ms: float, slo_tpot_ms: float) -> str:
+    rows = []
+    for name, phases in res.bursty.items():
+        st = bursty_stats(phases, slo_ttft_ms, slo_tpot_ms)
+        rows.append([
+            name, str(st.requests), f"{100 * st.good / max(st.requests, 1):.1f} %",
+            f"{st.goodput:.2f}", p50_p99(st.ttft_ms), p50_p99(st.tpot_ms),
+            *gate_cells(res.gate.get(f"{name},bursty", {}).get("delta")),
+        ])
+    overall = md_table(["config", "requests", "SLO met", "goodput req/s", "TTFT p50 / p99 ms",
+                        "TPOT p50 / p99 ms", "steps spec / plain", "switches"], rows)
+    first = next(iter(res.bursty.values()))
+    header = ["config"] + [f"phase {k}: {tag_fields(r['tag'])['rate']} req/s"
+                           for k, r in enumerate(first)]
+    per_phase = md_table(header, [
+        [name] + [p99(bursty_stats([r], slo_ttft_ms, slo_tpot_ms).tpot_ms) for r in phases]
+        for name, phases in res.bursty.items()
+    ])
+    return f"{overall}\n\np99 TPOT (ms) of the requests sent in each phase:\n\n{per_phase}"
+
+
+def setup_line(res: Results) -> str:
+    """What was measured, from the server_info that the client embedded in a row."""
+    rows = [r for by_c in res.closed.values() for r in by_c.values()]
+    rows += [r for phases in res.bursty.values() for r in phases]
+    spec_rows = [r for r in rows if (r.get("server_info") or {}).get("speculative_algorithm")]
+    info = (spec_rows or rows)[0].get("server_info") or {}
+    return (f"target `{info.get('model_path')}`, "
+            f"draft `{info.get('speculative_draft_model_path')}`, "
+            f"{info.get('speculative_num_steps')} draft steps, "
+            f"output {rows[0].get('sharegpt_output_len')} tokens per request, "
+            f"max running requests {info.get('max_running_requests')}, "
+            f"SGLang {info.get('version')}")
+
+
+def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: float,
+             plot: Optional[str]) -> str:
+    parts = [f"# Sweep: {', '.join(titles)}", setup_line(res)]
+    if res.closed:
+        parts += ["## Closed loop (`--max-concurrency C --request-rate inf`)", closed_table(res),
+                  "accept len: the server's average over that level (reset before each level); "
+                  "under a gate it mixes speculative and plain steps. steps: decode steps the "
+                  "gate ran speculative / plain during the level, from `/server_info`."]
+    if res.envelope():
+        parts += ["## Envelope: gated / max(plain, always-on)", envelope_table(res)]
+    if plot:
+        parts.append(f"![throughput vs concurrency]({plot})")
+    if res.bursty:
+        parts += [f"## Bursty (SLO: TTFT ≤ {slo_ttft_ms:g} ms, TPOT ≤ {slo_tpot_ms:g} ms)",
+                  bursty_tables(res, slo_ttft_ms, slo_tpot_ms),
+                  "goodput: requests that met both SLOs per second of the scenario's nominal "
+                  "length (the sum of its phases)."]
+    return "\n\n".join(parts) + "\n"
+
+
+def plot_throughput(res: Results, path: Path) -> bool:
+    """Throughput vs concurrency and the envelope ratio; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 8),
+                                      gridspec_kw={"height_ratios": [2, 1]})
+    color = {name: f"C{i}" for i, name in enumerate(res.closed)}  # same line, both panels
+    for name, by_c in res.closed.items():
+        cs = sorted(by_c)
+        top.plot(cs, [by_c[c]["output_throughput"] for c in cs], marker="o", label=name,
+                 color=color[name])
+    env = res.envelope()
+    if env:
+        top.plot(list(env), list(env.values()), "k--", linewidth=1, label="max(plain, spec)")
+        for name in res.gated():
+            cs = [c for c in env if c in res.closed[name]]
+            bottom.plot(cs, [res.closed[name][c]["output_throughput"] / env[c] for c in cs],
+                        marker="o", color=color[name])
+        bottom.axhline(1.0, color="k", linestyle="--", linewidth=1)
+    levels = sorted({c for by_c in res.closed.values() for c in by_c})
+    top.set_xscale("log", base=2)
+    top.set_xticks(levels, [str(c) for c in levels])
+    top.set_ylabel("output tokens / s")
+    top.legend()
+    top.grid(True, alpha=0.3)
+    bottom.set_ylabel("gated / max(plain, spec)")
+    bottom.set_xlabel("concurrency (closed loop)")
+    bottom.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", type=Path, nargs="+", help="sweep results directories")
+    parser.add_argument("--out", type=Path, help="where to write (default: the first run)")
+    parser.add_argument("--slo-ttft-ms", type=float, default=1000.0)
+    parser.add_argument("--slo-tpot-ms", type=float, default=20.0)
+    args = parser.parse_args(argv)
+    out = args.out or args.runs[0]
+    out.mkdir(parents=True, exist_ok=True)
+    res = load(args.runs)
+    if not res.closed and not res.bursty:
+        raise SystemExit(f"no results in {', '.join(map(str, args.runs))}")
+    plot = "throughput.png" if res.closed and plot_throughput(res, out / "throughput.png") else None
+    text = markdown(res, [r.name for r in args.runs], args.slo_ttft_ms, args.slo_tpot_ms, plot)
+    (out / "report.md").write_text(text)
+    print(text)
+    if res.closed and plot is None:
+        print("(no plot: matplotlib is not installed; pip install 'sglang-specgate[bench]')")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,534 @@
+"""Serving sweep: plain decoding vs EAGLE-3 vs the two batch-size gates, on one GPU machine.
+
+For each server configuration the sweep starts ``sglang.launch_server`` once, then runs
+``sglang.benchmark.serving`` (SGLang's own client, whose JSONL rows are the raw results):
+
+* closed loop: ``--max-concurrency C --request-rate inf`` for each C, ``max(k*C, min)`` prompts;
+* bursty: Poisson arrivals whose rate alternates between phases (default 60 s at 2 req/s,
+  60 s at 32 req/s, 60 s at 2 req/s). 0.5.17's client has one rate per run (only the mooncake
+  trace replays timestamps, with synthetic prompts), so each phase is its own client process,
+  started on the phase's schedule without waiting for the previous one to drain: requests of a
+  burst still finish during the next quiet phase, as they would in production.
+
+Around each level it reads the gate's counters from ``/server_info``
+(``internal_states[0].spec_gate``) and stores them with their deltas in ``gate.jsonl``.
+
+    python benchmark/sweep.py --model-path T --draft-model-path D --name 8b \\
+        --configs plain,spec,upstream-gate,gate --thresholds 8,16 -- --load-format dummy
+
+Everything after ``--`` is passed to every server. See benchmark/README.md for the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import prompts
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate")
+GATE_COUNTERS = ("decode_steps_spec", "decode_steps_plain", "switches")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """The EAGLE flags shared by every speculative configuration (chain drafting)."""
+
+    algorithm: str
+    draft_model_path: str
+    num_steps: int
+    draft_load_format: Optional[str]
+
+    def flags(self) -> list[str]:
+        flags = [
+            "--speculative-algorithm", self.algorithm,
+            "--speculative-draft-model-path", self.draft_model_path,
+            "--speculative-num-steps", str(self.num_steps),
+            "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", str(self.num_steps + 1),
+        ]
+        if self.draft_load_format:
+            flags += ["--speculative-draft-load-format", self.draft_load_format]
+        return flags
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One server of the sweep; ``name`` starts every tag of its rows."""
+
+    name: str
+    flags: tuple[str, ...]
+    # Written to run_dir/<name>.json before the server starts (upstream gate only).
+    adaptive_config: Optional[dict] = None
+
+
+def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
+                   run_dir: Path) -> list[ServerConfig]:
+    """The configurations to compare, in the order given; gates once per threshold."""
+    configs = []
+    for kind in kinds:
+        if kind == "plain":
+            configs.append(ServerConfig("plain", ()))
+        elif kind == "spec":
+            configs.append(ServerConfig("spec", tuple(spec.flags())))
+        elif kind == "upstream-gate":
+            # Upstream's own hard gate (--speculative-adaptive with single-candidate slots):
+            # S steps up to batch N, the steps-0 state above.
+            for n in thresholds:
+                name = f"upstream-gate-{n}"
+                configs.append(ServerConfig(
+                    name,
+                    (*spec.flags(), "--speculative-adaptive",
+                     "--speculative-adaptive-config", str(run_dir / f"{name}.json")),
+                    adaptive_config={"1": {"candidate_steps": [spec.num_steps]},
+                                     str(n + 1): {"candidate_steps": [0]}},
+                ))
+        elif kind == "gate":
+            for n in thresholds:
+                configs.append(ServerConfig(
+                    f"gate-{n}",
+                    (*spec.flags(), "--speculative-disable-batch-threshold", str(n)),
+                ))
+        else:
+            raise ValueError(f"unknown configuration {kind!r}; choose from {CONFIG_KINDS}")
+    return configs
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of the bursty scenario: Poisson arrivals at ``rate`` req/s for ``seconds``."""
+
+    rate: float
+    seconds: float
+
+    @property
+    def num_prompts(self) -> int:
+        return max(1, round(self.rate * self.seconds))
+
+
+def parse_phases(text: str) -> list[Phase]:
+    """``"2:60,32:60"`` -> 60 s at 2 req/s, then 60 s at 32 req/s; ``""`` -> none."""
+    phases = []
+    for part in filter(None, text.split(",")):
+        rate, _, seconds = part.partition(":")
+        phases.append(Phase(float(rate), float(seconds)))
+    return phases
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def level_prompts(concurrency: int, per_concurrency: int, minimum: int) -> int:
+    # Several waves of requests per level, so ramp-up and drain are a small part of it.
+    return max(per_concurrency * concurrency, minimum)
+
+
+def server_command(args: argparse.Namespace, config: ServerConfig) -> list[str]:
+    return [
+        sys.executable, "-m", "sglang.launch_server",
+        "--model-path", args.model_path,
+        "--host", args.host, "--port", str(args.port),
+        # The same batch range for every configuration: SGLang's defaults differ between
+        # plain and speculative servers (48 running requests under speculation).
+        "--max-running-requests", str(args.max_running_requests),
+        "--cuda-graph-max-bs", str(args.cuda_graph_max_bs),
+        *config.flags, *args.server_flags,
+    ]
+
+
+def bench_command(args: argparse.Namespace, *, tag: str, dataset: Path, output_file: Path,
+                  num_prompts: int, warmup: int, concurrency: Optional[int] = None,
+                  rate: float = math.inf, seed: int = 1, details: bool = False,
+                  flush_cache: bool = False) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "sglang.benchmark.serving",
+        "--backend", "sglang", "--base-url", base_url(args),
+        "--tokenizer", args.tokenizer or args.model_path,
+        "--dataset-name", "custom", "--dataset-path", str(dataset),
+        "--sharegpt-output-len", str(args.output_len),
+        "--num-prompts", str(num_prompts),
+        "--request-rate", "inf" if math.isinf(rate) else f"{rate:g}",
+        "--warmup-requests", str(warmup),
+        "--seed", str(seed), "--disable-tqdm",
+        "--output-file", str(output_file), "--tag", tag,
+    ]
+    if concurrency is not None:
+        cmd += ["--max-concurrency", str(concurrency)]
+    if details:
+        cmd.append("--output-details")  # per-request TTFT/ITL, for goodput and p99 TPOT
+    if flush_cache:
+        # Every level samples the same prompts (same seed): without a flush, later levels
+        # would hit the prefix cache that earlier ones filled.
+        cmd.append("--flush-cache")
+    return cmd
+
+
+def base_url(args: argparse.Namespace) -> str:
+    return f"http://{args.host}:{args.port}"
+
+
+def gate_delta(before: Optional[dict], after: Optional[dict]) -> Optional[dict]:
+    """Counter increments between two ``spec_gate`` snapshots; None without a gate."""
+    if before is None or after is None:
+        return None
+    return {k: after[k] - before[k] for k in GATE_COUNTERS}
+
+
+class Run:
+    """A results directory: every command goes to command.txt before it runs."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.dir: Path = args.run_dir
+        self.logs = self.dir / "logs"
+        self.work = Path(tempfile.gettempdir()) / f"specgate-sweep-{self.dir.name}"
+        self.failures: list[str] = []
+
+    def note(self, text: str) -> None:
+        print(text, flush=True)
+        if not self.args.dry_run:
+            with open(self.dir / "command.txt", "a") as f:
+                f.write(text + "\n")
+
+    def record(self, cmd: list[str]) -> None:
+        self.note(shlex.join(cmd))
+
+    def fail(self, what: str) -> None:
+        self.failures.append(what)
+        self.note(f"# FAILED: {what}")
+
+    def gate_row(self, tag: str, config: str, before: Optional[dict], after: Optional[dict],
+                 **extra: object) -> None:
+        row = {"tag": tag, "config": config, **extra, "before": before, "after": after,
+               "delta": gate_delta(before, after)}
+        with open(self.dir / "gate.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def http_json(url: str, payload: Optional[dict] = None, timeout: float = 30) -> dict:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def gate_snapshot(url: str) -> Optional[dict]:
+    states = http_json(url + "/server_info").get("internal_states") or [{}]
+    return states[0].get("spec_gate")
+
+
+def reset_accept_length(run: Run, url: str) -> None:
+    # avg_spec_accept_length (the `accept_length` of each row) is a lifetime average;
+    # any accepted /set_internal_state resets it, and an empty update changes nothing else.
+    try:
+        http_json(url + "/set_internal_state", {"server_args": {}})
+    except OSError as e:  # URLError, HTTPError and timeouts are all OSErrors
+        run.note(f"# warning: could not reset avg_spec_accept_length: {e}")
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            return resp.status == 200
+    except OSError:  # refused, 503 while starting, timeout
+        return False
+
+
+@contextmanager
+def server(run: Run, config: ServerConfig) -> Iterator[bool]:
+    """Start the server, yield whether it became healthy, and always stop it."""
+    args, url = run.args, base_url(run.args)
+    cmd = server_command(args, config)
+    if args.dry_run:
+        run.record(cmd)
+        yield True
+        return
+    if healthy(url):
+        raise SystemExit(f"something already serves {url}; stop it or pass --port")
+    if config.adaptive_config is not None:
+        (run.dir / f"{config.name}.json").write_text(json.dumps(config.adaptive_config) + "\n")
+    run.record(cmd)
+    with open(run.logs / f"server-{config.name}.log", "ab") as log:
+        # A session of its own, so stopping it reaches the scheduler and detokenizer too.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + args.server_timeout
+        while not healthy(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                yield False
+                return
+            time.sleep(2)
+        yield True
+    finally:
+        stop(proc, url)
+
+
+def stop(proc: subprocess.Popen, url: str) -> None:
+    """SIGTERM the server's process group; SIGKILL whatever is left after a grace period."""
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc, signal.SIGKILL)  # a hung launcher, or children that outlived it
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while healthy(url) and time.monotonic() < deadline:  # the next server needs the port
+        time.sleep(1)
+
+
+def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass  # the whole group has exited
+
+
+def run_bench(run: Run, cmd: list[str], log_name: str) -> subprocess.Popen:
+    run.record(cmd)
+    # SGLANG_IS_IN_CI makes the client flush the cache after warm-up, which fails while
+    # another client's requests are in flight (overlapping bursty phases).
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_IS_IN_CI"}
+    with open(run.logs / log_name, "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
+    args, url = run.args, base_url(run.args)
+    for c in args.concurrency:
+        tag = f"{config.name},c={c}"
+        cmd = bench_command(
+            args, tag=tag, dataset=dataset, output_file=run.dir / "raw.jsonl",
+            num_prompts=level_prompts(c, args.prompts_per_concurrency, args.min_prompts),
+            concurrency=c, warmup=c, seed=args.seed, flush_cache=True,
+        )
+        if args.dry_run:
+            run.record(cmd)
+            continue
+        reset_accept_length(run, url)
+        before = gate_snapshot(url)
+        if run_bench(run, cmd, f"bench-{config.name}-c{c}.log").wait() != 0:
+            run.fail(f"{tag} (see logs/bench-{config.name}-c{c}.log)")
+            continue
+        after = gate_snapshot(url)
+        run.gate_row(tag, config.name, before, after, max_concurrency=c)
+        print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
+
+
+def bursty(run: Run, config: ServerConfig, dataset: Path) -> None:
+    args, url = run.args, base_url(run.args)
+    phases = args.bursty_phases
+    slices = bursty_slices(dataset, phases, run.work, write=not args.dry_run)
+    cmds = [
+        bench_command(
+            args,
+            tag=f"{config.name},bursty,phase={k},rate={p.rate:g},s={p.seconds:g}",
+            dataset=slices[k], output_file=run.work / f"{config.name}-phase-{k}.jsonl",
+            num_prompts=p.num_prompts, warmup=0, rate=p.rate, seed=args.seed + k,
+            details=True,
+        )
+        for k, p in enumerate(phases)
+    ]
+    # A server fresh from start-up is warmed by a side client, so that every phase starts
+    # on schedule; after the closed loop it is warm already.
+    warmup = None if "closed" in args.scenarios else bench_command(
+        args, tag=f"{config.name},warmup", dataset=slices[0],
+        output_file=run.work / "warmup.jsonl", num_prompts=2, warmup=2, concurrency=2,
+        flush_cache=True)
+    if args.dry_run:
+        for cmd in [warmup, *cmds] if warmup else cmds:
+            run.record(cmd)
+        return
+    if warmup:
+        run_bench(run, warmup, f"bench-{config.name}-warmup.log").wait()
+    reset_accept_length(run, url)
+    before = gate_snapshot(url)
+    start, procs = time.monotonic(), []
+    for k, cmd in enumerate(cmds):
+        # Phase k starts once the phases before it have had their time, drained or not.
+        time.sleep(max(0.0, start + sum(p.seconds for p in phases[:k]) - time.monotonic()))
+        procs.append(run_bench(run, cmd, f"bench-{config.name}-bursty-{k}.log"))
+    codes = [p.wait() for p in procs]
+    after = gate_snapshot(url)
+    run.gate_row(f"{config.name},bursty", config.name, before, after, scenario="bursty")
+    with open(run.dir / "bursty.jsonl", "a") as out:
+        for k, code in enumerate(codes):
+            phase_file = run.work / f"{config.name}-phase-{k}.jsonl"
+            if code != 0 or not phase_file.exists():
+                run.fail(f"{config.name} bursty phase {k} "
+                         f"(see logs/bench-{config.name}-bursty-{k}.log)")
+                continue
+            out.writelines(json.dumps(compact_details(json.loads(line))) + "\n"
+                           for line in phase_file.read_text().splitlines())
+    print(f"{config.name} bursty: gate {gate_delta(before, after)}", flush=True)
+
+
+def compact_details(row: dict) -> dict:
+    """A client row with ``--output-details``, minus its per-token ITLs and generated texts.
+
+    Those are ~7 KB per request (tens of MB per scenario); the per-request TPOT needs only
+    each request's decode time, their sum, kept as ``decode_s``. Everything else is verbatim.
+    """
+    row = dict(row)
+    row["decode_s"] = [sum(itl) for itl in row.pop("itls")]
+    del row["generated_texts"]
+    return row
+
+
+def bursty_slices(dataset: Path, phases: list[Phase], work: Path, write: bool) -> list[Path]:
+    """Disjoint prompt files per phase, so no phase hits prefixes another one cached."""
+    paths = [work / f"bursty-phase-{k}.jsonl" for k in range(len(phases))]
+    if write:
+        lines = dataset.read_text().splitlines(keepends=True)
+        offset = 0
+        for path, phase in zip(paths, phases):
+            path.write_text("".join(lines[offset:offset + phase.num_prompts]))
+            offset += phase.num_prompts
+    return paths
+
+
+def summary_line(raw: Path, delta: Optional[dict]) -> str:
+    row = json.loads(raw.read_text().splitlines()[-1])
+    gate = "" if delta is None else (f" spec/plain steps={delta['decode_steps_spec']}/"
+                                     f"{delta['decode_steps_plain']} switches={delta['switches']}")
+    return (f"{row['tag']:24s} out_tok/s={row['output_throughput']:9.1f} "
+            f"tpot_med={row['median_tpot_ms']:7.2f}ms accept={row.get('accept_length')}{gate}")
+
+
+def prompts_needed(args: argparse.Namespace) -> int:
+    closed = max((level_prompts(c, args.prompts_per_concurrency, args.min_prompts)
+                  for c in args.concurrency), default=0) if "closed" in args.scenarios else 0
+    burst = sum(p.num_prompts for p in args.bursty_phases) if "bursty" in args.scenarios else 0
+    return max(closed, burst)
+
+
+def prepare_dataset(run: Run) -> Path:
+    args = run.args
+    needed = prompts_needed(args)
+    if args.dataset is not None:
+        rows = sum(1 for line in args.dataset.read_text().splitlines() if line.strip())
+        if rows < needed:
+            raise SystemExit(f"{args.dataset} has {rows} rows, the sweep needs {needed}")
+        run.note(f"# dataset {args.dataset}: {rows} rows")
+        return args.dataset
+    path = run.work / "prompts.jsonl"
+    if args.rows < needed:
+        raise SystemExit(f"--rows {args.rows} is below the {needed} prompts the sweep needs")
+    if not args.dry_run:
+        digest = prompts.write_jsonl(prompts.generate_from_args(args), path)
+        run.note(f"# dataset: benchmark/prompts.py --rows {args.rows} --prompt-seed "
+                 f"{args.prompt_seed} --tool-fraction {args.tool_fraction} --context-chars "
+                 f"{args.context_chars} (Python {sys.version.split()[0]} stdlib"
+                 f"{''.join(f', {s}' for s in args.source or [])}) sha256 {digest}")
+    return path
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ours, server_flags = argv, []
+    if "--" in argv:
+        i = argv.index("--")
+        ours, server_flags = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-path", required=True, help="target model")
+    p.add_argument("--draft-model-path", help="EAGLE-3 draft model (needed unless --configs plain)")
+    p.add_argument("--tokenizer", help="tokenizer for the client (default: --model-path)")
+    p.add_argument("--configs", default="plain,spec,upstream-gate,gate",
+                   help=f"comma list of {', '.join(CONFIG_KINDS)} (default: all)")
+    p.add_argument("--thresholds", type=int_list, default=[16],
+                   help="gate thresholds N, comma list (default 16); one server per gate and N")
+    p.add_argument("--speculative-algorithm", default="EAGLE3")
+    p.add_argument("--speculative-num-steps", type=int, default=3,
+                   help="draft steps S (chain drafting: topk 1, S+1 draft tokens)")
+    p.add_argument("--draft-load-format", help="e.g. dummy, for config-only draft models")
+    p.add_argument("--concurrency", type=int_list, default=[1, 2, 4, 8, 16, 32, 64, 128],
+                   help="closed-loop levels, comma list")
+    p.add_argument("--prompts-per-concurrency", type=int, default=8)
+    p.add_argument("--min-prompts", type=int, default=32)
+    p.add_argument("--output-len", type=int, default=256, help="output tokens per request")
+    p.add_argument("--scenarios", default="closed,bursty", help="closed, bursty or both")
+    p.add_argument("--bursty-phases", type=parse_phases, default=parse_phases("2:60,32:60,2:60"),
+                   help="RATE:SECONDS,... (default 2:60,32:60,2:60)")
+    p.add_argument("--max-running-requests", type=int,
+                   help="for every server (default: the largest concurrency)")
+    p.add_argument("--cuda-graph-max-bs", type=int,
+                   help="for every server (default: --max-running-requests)")
+    p.add_argument("--dataset", type=Path, help="custom JSONL (default: generate with prompts.py)")
+    prompts.add_arguments(p)
+    p.add_argument("--seed", type=int, default=1, help="client seed (prompt order, arrivals)")
+    p.add_argument("--name", default="sweep", help="results go to results/<date>-<name>/")
+    p.add_argument("--run-dir", type=Path, help="results directory (overrides --name)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--server-timeout", type=float, default=900, help="seconds to become healthy")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = p.parse_args(ours)
+    args.server_flags = server_flags
+    args.configs = [c for c in args.configs.split(",") if c]
+    args.scenarios = [s for s in args.scenarios.split(",") if s]
+    if not set(args.scenarios) <= {"closed", "bursty"}:
+        p.error(f"--scenarios: closed and/or bursty, got {args.scenarios}")
+    if not set(args.configs) <= set(CONFIG_KINDS):
+        p.error(f"--configs: choose from {', '.join(CONFIG_KINDS)}, got {args.configs}")
+    if any(n < 1 for n in args.thresholds):
+        p.error("--thresholds: N >= 1 (0 would mean a gate that never fires)")
+    if args.configs != ["plain"] and not args.draft_model_path:
+        p.error("--draft-model-path is required for speculative configurations")
+    args.max_running_requests = args.max_running_requests or max(args.concurrency, default=64)
+    args.cuda_graph_max_bs = args.cuda_graph_max_bs or args.max_running_requests
+    if args.run_dir is None:
+        args.run_dir = RESULTS / f"{datetime.date.today().isoformat()}-{args.name}"
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    run = Run(args)
+    spec = Speculation(args.speculative_algorithm, args.draft_model_path or "",
+                       args.speculative_num_steps, args.draft_load_format)
+    configs = server_configs(args.configs, args.thresholds, spec, run.dir)
+    if not args.dry_run:
+        shutil.rmtree(run.work, ignore_errors=True)
+        for d in (run.logs, run.work):
+            d.mkdir(parents=True, exist_ok=True)
+    run.note(f"# {datetime.datetime.now().isoformat(timespec='seconds')} in {os.getcwd()}")
+    run.note(shlex.join([sys.executable, sys.argv[0], *argv]))
+    dataset = prepare_dataset(run)
+    for config in configs:
+        run.note(f"# server {config.name}")
+        with server(run, config) as started:
+            if not started:
+                run.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+                continue
+            try:
+                if "closed" in args.scenarios:
+                    closed_loop(run, config, dataset)
+                if "bursty" in args.scenarios and args.bursty_phases:
+                    bursty(run, config, dataset)
+            except OSError as e:  # the server went away: go on with the next one
+                run.fail(f"{config.name}: {e}")
+    if not args.dry_run:
+        shutil.rmtree(run.work, ignore_errors=True)
+    print(f"results: {run.dir}" + (f"; {len(run.failures)} failed" if run.failures else ""))
+    return 1 if run.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,441 @@
+"""CPU tests of the benchmark suite: prompt generator, sweep commands, report, find_threshold.
+
+Nothing here starts a server. The report fixtures are shaped like the rows that
+``sglang.benchmark.serving`` 0.5.17 appends to ``--output-file``; one test checks that shape
+against the installed client's source so the fixtures cannot drift from it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmark"
+sys.path.insert(0, str(BENCH))
+
+import find_threshold  # noqa: E402
+import prompts  # noqa: E402
+import report  # noqa: E402
+import sweep  # noqa: E402
+
+# --------------------------------------------------------------------------- prompts
+
+MODULE = '''"""A module."""
+import os
+
+CONSTANT = 3
+
+
+def add(a: int, b: int = 2) -> int:
+    """Add two numbers."""
+    total = a + b
+    if total > 100:
+        total = 100
+    return total
+
+
+class Store:
+    def get(self, key: str, default=None):
+        """Return the value stored under key."""
+        value = self.data.get(key)
+        if value is None:
+            value = default
+        return value
+
+    def undocumented(self):
+        x = 1
+        y = 2
+        return x + y
+
+    def star(self, *args):
+        """Takes anything."""
+        a = args
+        b = a
+        return b
+'''
+
+
+@pytest.fixture()
+def sources(tmp_path: Path) -> Path:
+    root = tmp_path / "src"
+    for i in range(4):
+        pkg = root / f"pkg{i}"
+        pkg.mkdir(parents=True)
+        (pkg / "mod.py").write_text(MODULE.replace("add", f"add{i}").replace("Store", f"Store{i}"))
+    (root / "tests").mkdir()
+    (root / "tests" / "test_x.py").write_text(MODULE)  # excluded directory
+    return root
+
+
+def test_functions_are_split_into_header_and_body(sources: Path) -> None:
+    fns = prompts.functions_in(sources, sources / "pkg0" / "mod.py")
+    by_name = {f.source.split(":")[1]: f for f in fns}
+    assert set(by_name) == {"add0", "Store0.get", "Store0.star"}  # documented ones only
+    get = by_name["Store0.get"]
+    assert get.header.startswith("def get(self, key: str, default=None):")
+    assert get.header.rstrip().endswith('"""Return the value stored under key."""')
+    assert get.body.startswith("    value = self.data.get(key)")  # dedented to the def
+    assert "CONSTANT = 3" in by_name["add0"].context
+    assert [(p.name, p.json_type, p.required) for p in by_name["add0"].params] == [
+        ("a", "integer", True), ("b", "integer", False)]
+    assert by_name["Store0.star"].params == ()  # *args: no fixed schema
+
+
+def test_generate_is_deterministic_and_well_formed(sources: Path) -> None:
+    rows = prompts.generate(8, seed=3, tool_fraction=0.5, sources=[sources])
+    assert rows == prompts.generate(8, seed=3, tool_fraction=0.5, sources=[sources])
+    assert rows != prompts.generate(8, seed=4, tool_fraction=0.5, sources=[sources])
+    assert sorted(r["kind"] for r in rows) == ["complete"] * 4 + ["tool"] * 4
+    assert not any("tests/" in r["source"] for r in rows)
+    for r in rows:
+        user, assistant = r["conversations"]
+        assert (user["role"], assistant["role"]) == ("user", "assistant")
+        assert user["content"] and assistant["content"]
+        if r["kind"] == "tool":
+            call = json.loads(assistant["content"])
+            assert f'"name": "{call["name"]}"' in user["content"]  # one of the offered tools
+    completions = [r for r in rows if r["kind"] == "complete"]
+    assert len({r["source"] for r in completions}) == len(completions)  # no repeated prompt
+
+
+def test_generate_refuses_more_rows_than_functions(sources: Path) -> None:
+    with pytest.raises(ValueError, match="distinct functions"):
+        prompts.generate(100, tool_fraction=0.0, sources=[sources])
+
+
+def test_default_sources_give_enough_prompts() -> None:
+    rows = prompts.generate(64, seed=0)
+    assert len(rows) == 64 and {r["kind"] for r in rows} == {"complete", "tool"}
+
+
+def test_sglang_custom_loader_accepts_the_file(sources: Path, tmp_path: Path) -> None:
+    custom = pytest.importorskip("sglang.benchmark.datasets.custom")
+    rows = prompts.generate(8, seed=0, tool_fraction=0.5, sources=[sources])
+    path = tmp_path / "p.jsonl"
+    digest = prompts.write_jsonl(rows, path)
+    assert len(digest) == 64
+
+    class WhitespaceTokenizer:  # the loader only calls encode() unless a chat template is asked
+        def encode(self, text: str) -> list[str]:
+            return text.split()
+
+    loaded = custom.sample_custom_requests(str(path), 8, WhitespaceTokenizer(), fixed_output_len=64)
+    assert len(loaded) == 8
+    assert {row.output_len for row in loaded} == {64}
+    assert {row.prompt for row in loaded} == {r["conversations"][0]["content"] for r in rows}
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+def sweep_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["--model-path", "/m/target", "--draft-model-path", "/m/draft",
+            "--draft-load-format", "dummy", "--run-dir", str(tmp_path / "run"), *extra]
+
+
+def test_server_configs_and_commands(tmp_path: Path) -> None:
+    args = sweep.parse_args(sweep_args(
+        tmp_path, "--thresholds", "8,16", "--concurrency", "1,4,64", "--",
+        "--load-format", "dummy", "--attention-backend", "triton"))
+    spec = sweep.Speculation("EAGLE3", "/m/draft", 3, "dummy")
+    configs = sweep.server_configs(args.configs, args.thresholds, spec, args.run_dir)
+    assert [c.name for c in configs] == [
+        "plain", "spec", "upstream-gate-8", "upstream-gate-16", "gate-8", "gate-16"]
+    by_name = {c.name: c for c in configs}
+    assert by_name["plain"].flags == ()
+    assert by_name["upstream-gate-8"].adaptive_config == {
+        "1": {"candidate_steps": [3]}, "9": {"candidate_steps": [0]}}
+
+    cmd = sweep.server_command(args, by_name["gate-16"])
+    assert cmd[1:3] == ["-m", "sglang.launch_server"]
+    joined = " ".join(cmd)
+    assert "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in joined
+    assert "--speculative-disable-batch-threshold 16" in joined
+    assert "--max-running-requests 64 --cuda-graph-max-bs 64" in joined  # largest C
+    assert cmd[-4:] == ["--load-format", "dummy", "--attention-backend", "triton"]
+    upstream = sweep.server_command(args, by_name["upstream-gate-8"])
+    assert upstream[upstream.index("--speculative-adaptive-config") + 1] == str(
+        args.run_dir / "upstream-gate-8.json")
+    assert "--speculative-draft-load-format" not in sweep.server_command(args, by_name["plain"])
+
+
+def test_bench_command(tmp_path: Path) -> None:
+    args = sweep.parse_args(sweep_args(tmp_path, "--output-len", "128"))
+    closed = sweep.bench_command(args, tag="spec,c=8", dataset=Path("d.jsonl"),
+                                 output_file=Path("raw.jsonl"), num_prompts=64, warmup=8,
+                                 concurrency=8, flush_cache=True)
+    assert closed[1:3] == ["-m", "sglang.benchmark.serving"]
+    def value(flag: str) -> str:
+        return closed[closed.index(flag) + 1]
+
+    assert value("--dataset-name") == "custom" and value("--dataset-path") == "d.jsonl"
+    assert value("--request-rate") == "inf" and value("--max-concurrency") == "8"
+    assert value("--sharegpt-output-len") == "128" and value("--tag") == "spec,c=8"
+    assert "--flush-cache" in closed and "--output-details" not in closed
+    phase = sweep.bench_command(args, tag="t", dataset=Path("d"), output_file=Path("o"),
+                                num_prompts=10, warmup=0, rate=2.5, details=True)
+    assert "--max-concurrency" not in phase and "--output-details" in phase
+    assert phase[phase.index("--request-rate") + 1] == "2.5"
+
+
+def test_phases_prompts_and_slices(tmp_path: Path) -> None:
+    phases = sweep.parse_phases("2:60,32:30.5")
+    assert phases == [sweep.Phase(2, 60), sweep.Phase(32, 30.5)]
+    assert [p.num_prompts for p in phases] == [120, 976]
+    assert sweep.parse_phases("") == []
+    assert sweep.level_prompts(1, 8, 32) == 32 and sweep.level_prompts(64, 8, 32) == 512
+
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text("".join(f'{{"i": {i}}}\n' for i in range(10)))
+    paths = sweep.bursty_slices(dataset, [sweep.Phase(1, 3), sweep.Phase(2, 2)], tmp_path, True)
+    assert [p.read_text().splitlines() for p in paths] == [
+        ['{"i": 0}', '{"i": 1}', '{"i": 2}'], ['{"i": 3}', '{"i": 4}', '{"i": 5}', '{"i": 6}']]
+
+
+def test_compact_details_keeps_each_requests_decode_time() -> None:
+    row = {"tag": "t", "ttfts": [0.1, 0.2], "itls": [[0.01, 0.02], [0.03]],
+           "generated_texts": ["ab", "c"], "output_lens": [3, 2]}
+    assert sweep.compact_details(row) == {"tag": "t", "ttfts": [0.1, 0.2], "output_lens": [3, 2],
+                                          "decode_s": [pytest.approx(0.03), 0.03]}
+    assert "itls" in row  # the input is left alone
+
+
+def test_gate_delta() -> None:
+    before = {"active": True, "decode_steps_spec": 10, "decode_steps_plain": 5, "switches": 2}
+    after = {"active": False, "decode_steps_spec": 15, "decode_steps_plain": 50, "switches": 3}
+    assert sweep.gate_delta(before, after) == {
+        "decode_steps_spec": 5, "decode_steps_plain": 45, "switches": 1}
+    assert sweep.gate_delta(None, None) is None
+
+
+def test_dry_run_prints_every_command(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = sweep.main(sweep_args(tmp_path, "--configs", "plain,gate", "--thresholds", "4",
+                                 "--concurrency", "1,4", "--bursty-phases", "1:10,8:10",
+                                 "--rows", "200", "--dry-run"))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count("sglang.launch_server") == 2
+    # per server: 2 closed-loop levels and 2 bursty phases
+    assert out.count("sglang.benchmark.serving") == 2 * (2 + 2)
+    assert "--tag gate-4,c=4" in out and "--tag gate-4,bursty,phase=1,rate=8,s=10" in out
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+def test_bursty_alone_warms_up_first(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep.main(sweep_args(tmp_path, "--configs", "spec", "--scenarios", "bursty",
+                          "--bursty-phases", "1:10", "--rows", "200", "--dry-run"))
+    tags = [line.split("--tag ")[1].split()[0] for line in capsys.readouterr().out.splitlines()
+            if "--tag " in line]
+    assert tags == ["spec,warmup", "spec,bursty,phase=0,rate=1,s=10"]
+
+
+def test_sweep_refuses_a_dataset_too_small(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="needs"):
+        sweep.main(sweep_args(tmp_path, "--rows", "10", "--dry-run"))
+
+
+@pytest.mark.parametrize("bad", [["--configs", "plain,eagle"], ["--thresholds", "0"],
+                                 ["--scenarios", "open"]])
+def test_sweep_rejects_bad_options(tmp_path: Path, bad: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        sweep.parse_args(sweep_args(tmp_path, *bad))
+
+
+# --------------------------------------------------------------------------- report fixtures
+
+
+def serving_row(tag: str, concurrency: int | None, tput: float, *,
+                accept: float | None = None, spec: bool = False,
+                details: dict | None = None) -> dict:
+    """A row as sglang.benchmark.serving writes it (metric values made up)."""
+    tpot = 1000 * (concurrency or 1) / tput
+    row = {
+        "tag": tag, "backend": "sglang", "dataset_name": "custom", "request_rate": float("inf"),
+        "max_concurrency": concurrency, "sharegpt_output_len": 256, "random_input_len": 1024,
+        "random_output_len": 1024, "random_range_ratio": 0.0,
+        "server_info": {
+            "model_path": "/tmp/models/target", "version": "0.5.17", "max_running_requests": 128,
+            "speculative_algorithm": "EAGLE3" if spec else None,
+            "speculative_draft_model_path": "/tmp/models/draft" if spec else None,
+            "speculative_num_steps": 3 if spec else None,
+            "internal_states": [{"avg_spec_accept_length": accept}],
+        },
+        "duration": 10.0, "completed": 8 * (concurrency or 1), "total_input_tokens": 4000,
+        "total_input_text_tokens": 4000, "total_input_vision_tokens": 0,
+        "total_output_tokens": 2048, "total_output_tokens_retokenized": 2048,
+        "request_throughput": 1.0, "input_throughput": 400.0, "output_throughput": tput,
+        "total_throughput": tput + 400.0, "concurrency": (concurrency or 1) * 0.95,
+        "accept_length": accept, "max_output_tokens_per_s": tput * 1.2,
+        "max_concurrent_requests": concurrency or 1,
+    }
+    for metric, base in (("e2e_latency", 256 * tpot), ("ttft", 50.0), ("tpot", tpot),
+                         ("itl", tpot)):
+        for stat, factor in (("mean", 1.0), ("median", 1.0), ("std", 0.1), ("p90", 1.5),
+                             ("p95", 1.7), ("p99", 2.0)):
+            row[f"{stat}_{metric}_ms"] = base * factor
+    return row | (details or {})
+
+
+def details(ttfts_s: list[float], tpots_s: list[float], out_len: int = 5,
+            errors: list[str] | None = None) -> dict:
+    """The per-request lists that ``--output-details`` adds to a row."""
+    return {
+        "input_lens": [100] * len(ttfts_s),
+        "output_lens": [out_len if not e else 0 for e in (errors or [""] * len(ttfts_s))],
+        "ttfts": ttfts_s,
+        "itls": [[t] * (out_len - 1) for t in tpots_s],
+        "generated_texts": ["x"] * len(ttfts_s),
+        "errors": errors or [""] * len(ttfts_s),
+    }
+
+
+PLAIN = {1: 200.0, 2: 390.0, 4: 760.0, 8: 1500.0, 16: 2600.0}
+SPEC = {1: 400.0, 2: 700.0, 4: 1000.0, 8: 1200.0, 16: 1300.0}
+GATE = {1: 390.0, 2: 690.0, 4: 990.0, 8: 1480.0, 16: 2550.0}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture()
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "2026-11-30-fixture"
+    run.mkdir()
+    raw = [serving_row(f"plain,c={c}", c, t) for c, t in PLAIN.items()]
+    raw += [serving_row(f"spec,c={c}", c, t, accept=2.5, spec=True) for c, t in SPEC.items()]
+    raw += [serving_row(f"gate-4,c={c}", c, t, accept=2.0, spec=True) for c, t in GATE.items()]
+    raw.append(serving_row("plain,c=16", 16, 2700.0))  # a rerun: the later row wins
+    write_jsonl(run / "raw.jsonl", raw)
+    write_jsonl(run / "gate.jsonl", [
+        {"tag": f"gate-4,c={c}", "config": "gate-4", "max_concurrency": c,
+         "before": {}, "after": {},
+         "delta": {"decode_steps_spec": 100 if c <= 4 else 3, "decode_steps_plain":
+                   0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2}}
+        for c in GATE
+    ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
+          "after": {}, "delta": {"decode_steps_spec": 50, "decode_steps_plain": 60,
+                                 "switches": 4}}])
+    bursty = []
+    for name, tpot in (("spec", 0.030), ("gate-4", 0.010)):
+        bursty.append(serving_row(f"{name},bursty,phase=0,rate=2,s=10", None, 100.0, spec=True,
+                                  details=details([0.1, 0.2], [0.005, 0.005])))
+        bursty.append(serving_row(
+            f"{name},bursty,phase=1,rate=8,s=10", None, 100.0, spec=True,
+            details=details([0.5, 3.0, 0.4], [tpot, tpot, tpot], errors=["", "", "boom"])))
+    write_jsonl(run / "bursty.jsonl", [sweep.compact_details(r) for r in bursty])
+    return run
+
+
+def test_fixture_rows_have_the_keys_serving_writes() -> None:
+    spec = importlib.util.find_spec("sglang.benchmark.serving")
+    if spec is None or spec.origin is None:
+        pytest.skip("sglang is not installed")
+    source = Path(spec.origin).read_text()
+    block = source[source.index("        result = {"):]
+    block = block[:block.index("\n        }\n")]
+    written = set(re.findall(r'^\s+"(\w+)":', block, re.MULTILINE))
+    detail_block = source[source.index("    result_details = {"):]
+    detail_block = detail_block[:detail_block.index("\n    }\n")]
+    written_details = set(re.findall(r'^\s+"(\w+)":', detail_block, re.MULTILINE))
+    row = serving_row("t", 1, 1.0)
+    assert written == set(row), "serving.py's result keys changed: update the fixture"
+    assert written_details == set(details([0.1], [0.01]))
+
+
+# --------------------------------------------------------------------------- report
+
+
+def test_report_tables(run_dir: Path) -> None:
+    res = report.load([run_dir])
+    assert list(res.closed) == ["plain", "spec", "gate-4"]
+    assert res.closed["plain"][16]["output_throughput"] == 2700.0
+    assert res.envelope() == {1: 400.0, 2: 700.0, 4: 1000.0, 8: 1500.0, 16: 2700.0}
+    text = report.markdown(res, [run_dir.name], 1000, 20, plot=None)
+    assert "| gate-4 | 16 | 2,550.0 |" in text
+    assert "| 16 | 2,700.0 | 1,300.0 | 2,700.0 | 2,550.0 (0.94×) |" in text
+    assert "| 3 / 97 | 2 |" in text  # gate steps and switches from gate.jsonl
+    assert "target `/tmp/models/target`, draft `/tmp/models/draft`, 3 draft steps" in text
+
+
+def test_bursty_goodput(run_dir: Path) -> None:
+    res = report.load([run_dir])
+    assert [len(p) for p in res.bursty.values()] == [2, 2]
+    gate = report.bursty_stats(res.bursty["gate-4"], slo_ttft_ms=1000, slo_tpot_ms=20)
+    # 5 requests: one failed, one over the TTFT SLO -> 3 good over 20 nominal seconds
+    assert (gate.requests, gate.good, gate.seconds) == (5, 3, 20.0)
+    assert gate.goodput == pytest.approx(0.15)
+    assert report.percentile(gate.tpot_ms, 50) == pytest.approx(7.5)
+    spec = report.bursty_stats(res.bursty["spec"], slo_ttft_ms=1000, slo_tpot_ms=20)
+    assert spec.good == 2  # phase 1 misses the TPOT SLO
+    text = report.bursty_tables(res, 1000, 20)
+    assert "| gate-4 | 5 | 60.0 % | 0.15 |" in text and "| 50 / 60 | 4 |" in text
+
+
+def test_percentile_matches_numpy() -> None:
+    np = pytest.importorskip("numpy")
+    values = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0]
+    for q in (0, 50, 90, 99, 100):
+        assert report.percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_report_main_writes_table_and_plot(run_dir: Path) -> None:
+    pytest.importorskip("matplotlib")
+    report.main([str(run_dir)])
+    assert "## Envelope" in (run_dir / "report.md").read_text()
+    assert (run_dir / "throughput.png").stat().st_size > 0
+
+
+def test_report_without_matplotlib(run_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
+    report.main([str(run_dir)])
+    assert "## Closed loop" in (run_dir / "report.md").read_text()
+    assert not (run_dir / "throughput.png").exists()
+    assert "matplotlib is not installed" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- find_threshold
+
+
+def test_crossover_interpolates_in_log2() -> None:
+    x = find_threshold.find_crossover({1: 2.0, 2: 1.5, 4: 1.25, 8: 0.75})
+    assert x.measured == 4
+    assert x.crossover == pytest.approx(2 ** 2.5)  # r = 1 halfway between log2 4 and log2 8
+    assert x.suggested == 5 and not x.non_monotone
+
+
+def test_crossover_edge_cases() -> None:
+    never = find_threshold.find_crossover({1: 0.9, 2: 0.8})
+    assert never.measured is None and never.suggested is None
+    always = find_threshold.find_crossover({1: 1.5, 2: 1.2})
+    assert (always.measured, always.crossover, always.suggested) == (2, None, 2)
+    noisy = find_threshold.find_crossover({1: 1.5, 2: 0.9, 4: 1.1, 8: 0.5})
+    assert noisy.measured == 1 and noisy.non_monotone
+
+
+def test_find_threshold_on_fixture(run_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    assert find_threshold.main([str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    # spec/plain: 2.0, 1.79, 1.32, 0.8 -> crossover between 4 and 8
+    r4, r8 = 1000 / 760, 1200 / 1500
+    expected = 2 ** (2 + (r4 - 1) / (r4 - r8))
+    assert f"| {run_dir.name} | 2.50 |" in out
+    assert f"| {expected:.1f} | {math.floor(expected)} |" in out
+
+
+def test_find_threshold_with_a_shared_plain_run(run_dir: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    spec_only = tmp_path / "spec-only"
+    spec_only.mkdir()
+    rows = report.load_jsonl(run_dir / "raw.jsonl")
+    write_jsonl(spec_only / "raw.jsonl", [r for r in rows if r["tag"].startswith("spec,")])
+    assert find_threshold.main([str(spec_only)]) == 1  # no plain rows of its own
+    assert find_threshold.main([str(spec_only), "--plain", str(run_dir)]) == 0
+    assert "| spec-only | 2.50 |" in capsys.readouterr().out
