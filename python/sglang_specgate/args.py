@@ -45,7 +45,7 @@ def parse_count(value: object) -> int:
     else:
         raise ValueError(f"must be a non-negative integer, got {value!r}")
     if parsed < 0:
-        raise ValueError(f"must be >= 0 (0 disables the gate), got {parsed}")
+        raise ValueError(f"must be >= 0, got {parsed}")
     return parsed
 
 
