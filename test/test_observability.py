@@ -11,11 +11,17 @@ from sglang.srt.managers.io_struct import GetInternalStateReqOutput
 
 from sglang_specgate.observability import SwitchLog, add_gate_state, export_gate_metrics
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
+from sglang_specgate.worker import GatedEAGLEWorkerV2, GatePolicyParams
+
+
+class StandInWorker(SimpleNamespace):
+    gate_state = GatedEAGLEWorkerV2.gate_state  # the real method, on the attributes it reads
 
 
 def gated_scheduler(threshold=4):
     gate = SpecGatePolicy(GateConfig(threshold, threshold, 0))
-    return SimpleNamespace(draft_worker=SimpleNamespace(gate=gate, fast_off_path=True)), gate
+    worker = StandInWorker(gate=gate, fast_off_path=True, gate_params=GatePolicyParams(gate, 3))
+    return SimpleNamespace(draft_worker=worker), gate
 
 
 def test_internal_state_carries_the_gate():
@@ -27,6 +33,7 @@ def test_internal_state_carries_the_gate():
         "active": False, "threshold": 4, "reenable_threshold": 4, "dwell_steps": 0,
         "decode_steps_spec": 1, "decode_steps_plain": 2, "switches": 1,
         "last_decode_batch_size": 9, "fast_off_path": True,
+        "reenable_acceptance": {"reenables": 0, "recent": []},
     }
 
 

@@ -88,3 +88,18 @@ def test_acceptance_feedback_never_moves_the_gate():
     ctrl.on_verify_complete([0, 0, 0, 0], batch_size=4)
     ctrl.on_verify_complete([3, 3, 3], batch_size=3)
     assert worker.speculative_num_steps == 3
+
+
+def test_verify_results_are_paired_with_their_decisions_in_launch_order():
+    # Overlap scheduling: the result of step i is processed after step i+1 was decided.
+    policy = SpecGatePolicy(GateConfig(4, 4, 0))
+    params = GatePolicyParams(policy, speculative_steps=3)
+    decided = [params.get_steps_for_batch(2)]
+    for bs, previous_result in [(2, [2, 2]), (9, [2, 2]), (9, [0] * 9), (2, [0] * 9)]:
+        decided.append(params.get_steps_for_batch(bs))
+        params.on_verify_complete(previous_result, batch_size=len(previous_result))
+    params.on_verify_complete([1, 1], batch_size=2)
+    assert decided == [3, 3, 0, 0, 3]
+    (episode,) = params.reenable_acceptance.snapshot()["recent"]
+    assert episode["before"] == 3.0  # the two speculative steps, not the plain ones
+    assert episode["after"] == [2.0]

@@ -91,7 +91,8 @@ HOOKS: tuple[Hook, ...] = (
         implementation="sglang_specgate.observability:add_gate_state",
         why="Operators and the benchmark suite read the gate's counters from /server_info "
         "(sglang.benchmark.serving embeds server_info in every result row).",
-        how="Add internal_state['spec_gate'] = the policy snapshot (state, N, counters).",
+        how="Add internal_state['spec_gate'] = GatedEAGLEWorkerV2.gate_state(): state, N, "
+        "counters, whether the fast off path is active, accept length around re-enables.",
         upstream="srt/managers/scheduler.py:4165 get_internal_state; "
         "entrypoints/http_server.py:781-806 (/server_info).",
         removal="0.5.23 moves this to SchedulerInternalStateController._add_speculative.",

@@ -15,19 +15,17 @@ logger = logging.getLogger("sglang_specgate")
 SWITCH_LOG_INTERVAL_S = 10.0
 
 
-def gate_of(scheduler):
-    """The policy of a scheduler's gated worker, or None when the gate is not in use."""
-    return getattr(getattr(scheduler, "draft_worker", None), "gate", None)
+def gated_worker(scheduler):
+    """The scheduler's GatedEAGLEWorkerV2, or None when the gate is not in use."""
+    worker = getattr(scheduler, "draft_worker", None)
+    return worker if hasattr(worker, "gate_state") else None
 
 
 def add_gate_state(result, scheduler, *args, **kwargs):
     """AFTER hook on ``Scheduler.get_internal_state``: add ``spec_gate`` to internal_state."""
-    gate = gate_of(scheduler)
-    if gate is not None:
-        result.internal_state["spec_gate"] = {
-            **gate.snapshot(),
-            "fast_off_path": scheduler.draft_worker.fast_off_path,
-        }
+    worker = gated_worker(scheduler)
+    if worker is not None:
+        result.internal_state["spec_gate"] = worker.gate_state()
     return result
 
 
@@ -72,13 +70,13 @@ def export_gate_metrics(result, reporter, *args, **kwargs):
     batch result, on the ranks that export scheduler metrics)."""
     if not reporter.current_scheduler_metrics_enabled:
         return result
-    gate = gate_of(reporter.scheduler)
-    if gate is None:
+    worker = gated_worker(reporter.scheduler)
+    if worker is None:
         return result
     metrics = getattr(reporter, "_spec_gate_metrics", None)
     if metrics is None:
         metrics = reporter._spec_gate_metrics = GateMetrics(reporter.metrics_collector.labels)
-    metrics.update(gate.snapshot())
+    metrics.update(worker.gate.snapshot())
     return result
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
@@ -21,10 +22,13 @@ from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.one_token_decode import use_decode_kernels
 from sglang_specgate.policy import SpecGatePolicy
+from sglang_specgate.reenable import ReenableAcceptance
 
 logger = logging.getLogger(__name__)
 
 PLAIN_STEPS = 0  # upstream's steps-0 state: no drafting, one-token verify
+# A bound, not a tuning knob: at most one step is in flight under the overlap scheduler.
+MAX_STEPS_IN_FLIGHT = 4
 
 
 def select_worker_class(worker_cls, algorithm, server_args):
@@ -49,16 +53,28 @@ class GatePolicyParams:
         self.speculative_steps = speculative_steps
         self.candidate_steps = [self.speculative_steps, PLAIN_STEPS]
         self.switch_log = switch_log or SwitchLog()
+        self.reenable_acceptance = ReenableAcceptance()
+        # Decisions of launched decode steps whose verify results are not processed yet:
+        # with the overlap scheduler a result arrives after the next step was decided, but
+        # results arrive in launch order, one per decode step (batch_result_processor.py:651).
+        self._unverified = deque(maxlen=MAX_STEPS_IN_FLIGHT)
 
     def get_steps_for_batch(self, batch_size: int) -> int:
         switches = self.policy.counters.switches
         speculate = self.policy.step(batch_size)
         if self.policy.counters.switches != switches:
             self.switch_log.switched(speculate, batch_size, self.policy.config.threshold)
+        self._unverified.append(speculate)
         return self.speculative_steps if speculate else PLAIN_STEPS
 
     def on_verify_complete(self, num_correct_drafts_per_req, batch_size) -> None:
-        return None  # the gate ignores acceptance: decisions depend on batch size only
+        # The gate's decisions depend on batch size only; acceptance is only observed.
+        if not self._unverified:
+            return
+        speculated = self._unverified.popleft()
+        if num_correct_drafts_per_req:
+            accept_length = 1 + sum(num_correct_drafts_per_req) / len(num_correct_drafts_per_req)
+            self.reenable_acceptance.record(speculated, accept_length)
 
     def set_cuda_graph_bs(self, cuda_graph_bs) -> None:
         pass
@@ -77,11 +93,10 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
     def __init__(self, server_args, *args, **kwargs):
         super().__init__(server_args, *args, **kwargs)
         self.gate = SpecGatePolicy(server_args.gate_config())
+        self.gate_params = GatePolicyParams(self.gate, self.speculative_num_steps)
         # Set before the scheduler calls init_cuda_graphs, which registers the speculative
         # state and builds the steps-0 state through build_adaptive_runtime_state.
-        self.adaptive_controller = GateController(
-            self, GatePolicyParams(self.gate, self.speculative_num_steps)
-        )
+        self.adaptive_controller = GateController(self, self.gate_params)
         self.fast_off_path = None  # known once the steps-0 state is built
         logger.info(
             "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
@@ -91,6 +106,14 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             self.gate.config.dwell_steps,
             self.gate.config.reenable_threshold,
         )
+
+    def gate_state(self) -> dict:
+        """What /server_info shows under internal_states[i].spec_gate."""
+        return {
+            **self.gate.snapshot(),
+            "fast_off_path": self.fast_off_path,
+            "reenable_acceptance": self.gate_params.reenable_acceptance.snapshot(),
+        }
 
     def build_adaptive_runtime_state(
         self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None

@@ -56,6 +56,12 @@ def test_gate_switched_during_the_run(greedy_outputs, gated):
     assert state["fast_off_path"] is True
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
     assert state["decode_steps_spec"] > 0 and state["decode_steps_plain"] > 0
+    # Warm re-enable: the draft KV and hidden state were kept current while off, so
+    # acceptance is back to its pre-off level within 10 speculative steps.
+    episodes = state["reenable_acceptance"]["recent"]
+    assert episodes, state
+    for episode in episodes:
+        assert episode["steps_to_recover"] is not None, episode
 
 
 def test_sampled_requests_complete_with_exact_lengths(gated):
