@@ -56,6 +56,13 @@ def test_sglang_serve_help_does_not_load_plugins():
     assert FLAG not in result.stdout
 
 
+def test_sglang_serve_loads_the_plugin_and_parses_the_flag(eagle_argv):
+    argv = ["sglang", "serve", *eagle_argv, FLAG, "-3"]
+    result = run_python(["-c", f"import sys; from sglang.cli.main import main; sys.argv={argv!r}; main()"])
+    assert result.returncode == 2
+    assert f"argument {FLAG}: must be >= 0" in result.stderr
+
+
 def test_bad_value_on_the_real_command_line_is_a_usage_error(eagle_argv):
     result = run_python(["-m", "sglang.launch_server", *eagle_argv, FLAG, "-3"])
     assert result.returncode == 2
