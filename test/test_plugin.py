@@ -4,6 +4,9 @@ ways a server asked for the gate refuses to start without it."""
 from __future__ import annotations
 
 import pkgutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -136,10 +139,17 @@ def test_doctor_fails_when_plugin_excluded():
     assert "[FAIL] SGLANG_PLUGINS" in result.stdout
 
 
-def test_console_script_usage():
+def test_module_usage():
     result = run_python(["-m", "sglang_specgate"])
     assert result.returncode == 2
     assert "usage: python -m sglang_specgate doctor" in result.stdout
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).with_name("sglang-specgate")
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert "doctor" in result.stdout
 
 
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.23", "1.0.0"])
