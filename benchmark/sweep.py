@@ -67,6 +67,12 @@ class Speculation:
             flags += ["--speculative-draft-load-format", self.draft_load_format]
         return flags
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Speculation":
+        """From the options of ``add_server_arguments``."""
+        return cls(args.speculative_algorithm, args.draft_model_path or "",
+                   args.speculative_num_steps, args.draft_load_format)
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -200,6 +206,13 @@ class Run:
         self.logs = self.dir / "logs"
         self.work = Path(tempfile.gettempdir()) / f"specgate-sweep-{self.dir.name}"
         self.failures: list[str] = []
+        # The server that ``server()`` is running, for callers that watch it (soak.py).
+        self.server_proc: Optional[subprocess.Popen] = None
+
+    def note_invocation(self, argv: list[str]) -> None:
+        """When, where and how the script was started: the head of command.txt."""
+        self.note(f"# {datetime.datetime.now().isoformat(timespec='seconds')} in {os.getcwd()}")
+        self.note(shlex.join([sys.executable, sys.argv[0], *argv]))
 
     def note(self, text: str) -> None:
         print(text, flush=True)
@@ -268,6 +281,7 @@ def server(run: Run, config: ServerConfig) -> Iterator[bool]:
     with open(run.logs / f"server-{config.name}.log", "ab") as log:
         # A session of its own, so stopping it reaches the scheduler and detokenizer too.
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    run.server_proc = proc
     try:
         deadline = time.monotonic() + args.server_timeout
         while not healthy(url):
@@ -277,6 +291,7 @@ def server(run: Run, config: ServerConfig) -> Iterator[bool]:
             time.sleep(2)
         yield True
     finally:
+        run.server_proc = None
         stop(proc, url)
 
 
@@ -440,23 +455,45 @@ def prepare_dataset(run: Run) -> Path:
     return path
 
 
+def split_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The script's own arguments, and those after ``--`` (passed to every server)."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
+def add_server_arguments(p: argparse.ArgumentParser, *, model_required: bool,
+                         max_running_default: str) -> None:
+    """The options that say how to start a server (``server_command``); soak.py shares them."""
+    p.add_argument("--model-path", required=model_required, help="target model")
+    p.add_argument("--draft-model-path", help="EAGLE-3 draft model")
+    p.add_argument("--speculative-algorithm", default="EAGLE3")
+    p.add_argument("--speculative-num-steps", type=int, default=3,
+                   help="draft steps S (chain drafting: topk 1, S+1 draft tokens)")
+    p.add_argument("--draft-load-format", help="e.g. dummy, for config-only draft models")
+    p.add_argument("--max-running-requests", type=int,
+                   help=f"for every server (default: {max_running_default})")
+    p.add_argument("--cuda-graph-max-bs", type=int,
+                   help="for every server (default: --max-running-requests)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--server-timeout", type=float, default=900, help="seconds to become healthy")
+
+
+def dated_run_dir(name: str) -> Path:
+    return RESULTS / f"{datetime.date.today().isoformat()}-{name}"
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ours, server_flags = argv, []
-    if "--" in argv:
-        i = argv.index("--")
-        ours, server_flags = argv[:i], argv[i + 1:]
+    ours, server_flags = split_server_flags(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-path", required=True, help="target model")
-    p.add_argument("--draft-model-path", help="EAGLE-3 draft model (needed unless --configs plain)")
+    add_server_arguments(p, model_required=True, max_running_default="the largest concurrency")
     p.add_argument("--tokenizer", help="tokenizer for the client (default: --model-path)")
     p.add_argument("--configs", default="plain,spec,upstream-gate,gate",
                    help=f"comma list of {', '.join(CONFIG_KINDS)} (default: all)")
     p.add_argument("--thresholds", type=int_list, default=[16],
                    help="gate thresholds N, comma list (default 16); one server per gate and N")
-    p.add_argument("--speculative-algorithm", default="EAGLE3")
-    p.add_argument("--speculative-num-steps", type=int, default=3,
-                   help="draft steps S (chain drafting: topk 1, S+1 draft tokens)")
-    p.add_argument("--draft-load-format", help="e.g. dummy, for config-only draft models")
     p.add_argument("--concurrency", type=int_list, default=[1, 2, 4, 8, 16, 32, 64, 128],
                    help="closed-loop levels, comma list")
     p.add_argument("--prompts-per-concurrency", type=int, default=8)
@@ -465,18 +502,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scenarios", default="closed,bursty", help="closed, bursty or both")
     p.add_argument("--bursty-phases", type=parse_phases, default=parse_phases("2:60,32:60,2:60"),
                    help="RATE:SECONDS,... (default 2:60,32:60,2:60)")
-    p.add_argument("--max-running-requests", type=int,
-                   help="for every server (default: the largest concurrency)")
-    p.add_argument("--cuda-graph-max-bs", type=int,
-                   help="for every server (default: --max-running-requests)")
     p.add_argument("--dataset", type=Path, help="custom JSONL (default: generate with prompts.py)")
     prompts.add_arguments(p)
     p.add_argument("--seed", type=int, default=1, help="client seed (prompt order, arrivals)")
     p.add_argument("--name", default="sweep", help="results go to results/<date>-<name>/")
     p.add_argument("--run-dir", type=Path, help="results directory (overrides --name)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--server-timeout", type=float, default=900, help="seconds to become healthy")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = p.parse_args(ours)
     args.server_flags = server_flags
@@ -493,7 +523,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.max_running_requests = args.max_running_requests or max(args.concurrency, default=64)
     args.cuda_graph_max_bs = args.cuda_graph_max_bs or args.max_running_requests
     if args.run_dir is None:
-        args.run_dir = RESULTS / f"{datetime.date.today().isoformat()}-{args.name}"
+        args.run_dir = dated_run_dir(args.name)
     return args
 
 
@@ -501,15 +531,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     run = Run(args)
-    spec = Speculation(args.speculative_algorithm, args.draft_model_path or "",
-                       args.speculative_num_steps, args.draft_load_format)
+    spec = Speculation.from_args(args)
     configs = server_configs(args.configs, args.thresholds, spec, run.dir)
     if not args.dry_run:
         shutil.rmtree(run.work, ignore_errors=True)
         for d in (run.logs, run.work):
             d.mkdir(parents=True, exist_ok=True)
-    run.note(f"# {datetime.datetime.now().isoformat(timespec='seconds')} in {os.getcwd()}")
-    run.note(shlex.join([sys.executable, sys.argv[0], *argv]))
+    run.note_invocation(argv)
     dataset = prepare_dataset(run)
     for config in configs:
         run.note(f"# server {config.name}")

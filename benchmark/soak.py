@@ -1,0 +1,362 @@
+"""Soak: minutes of load oscillating around the gate's threshold N, and a pass/fail verdict.
+
+The load (``soak_load.py``) keeps a number of streaming requests in flight that follows a wave
+between N/2 and 2N, with mixed prompt and output lengths, some requests sampled and some dropped
+by the client mid-stream. Every ``--sample-interval`` seconds the script records the GPUs' used
+memory, the server process tree's resident memory and the gate's counters. The verdict: no
+crash, no hang, no lost or truncated request, no memory growth after the warm-up, and the gate
+switched; the exit status is 1 when any criterion fails.
+
+    python benchmark/soak.py --name 1b-n8 --model-path T --draft-model-path D --threshold 8 \\
+        --duration 1200 -- --attention-backend triton
+    python benchmark/soak.py --name attached --url http://127.0.0.1:30000 --duration 600
+
+The first starts the server the way ``sweep.py`` does (everything after ``--`` goes to it) and
+stops it afterwards; the second soaks a running server. See benchmark/README.md for the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import secrets
+import subprocess
+import sys
+import time
+from contextlib import suppress
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Optional, TextIO
+from urllib.parse import urlparse
+
+import psutil
+
+import sweep
+from soak_load import (OUTCOMES, PROBE_TOKENS, Load, Mix, RequestResult, Wave, client_session,
+                       drive, probe)
+
+# --------------------------------------------------------------------------- samples
+
+
+def gpu_memory_mib() -> Optional[list[int]]:
+    """Used memory of every GPU nvidia-smi lists (MiB); None without nvidia-smi."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=True).stdout
+        return [int(x) for x in out.split()]
+    except (OSError, subprocess.SubprocessError, ValueError):  # absent, failed, "[N/A]"
+        return None
+
+
+def tree_rss_mib(pid: int) -> Optional[float]:
+    """Resident memory of a process and all its descendants (SGLang's scheduler and
+    detokenizer are children of the launcher); None once the process is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0
+    for proc in procs:
+        with suppress(psutil.Error):  # a child that exited since it was listed
+            total += proc.memory_info().rss
+    return total / 2**20
+
+
+def listening_pid(url: str) -> Optional[int]:
+    """The process listening on the URL's port, where psutil may see it (same user or root)."""
+    port = urlparse(url).port
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    return next((c.pid for c in conns
+                 if c.pid and c.status == psutil.CONN_LISTEN and c.laddr.port == port), None)
+
+
+def take_sample(url: str, pid: Optional[int], t: float, load: Load) -> dict:
+    gpus = gpu_memory_mib()
+    sample = {
+        "t": round(t, 2), "time": datetime.datetime.now().isoformat(timespec="seconds"),
+        "target": load.target, "in_flight": load.in_flight, "outcomes": dict(load.counts),
+        "gpu_memory_mib": None if gpus is None else sum(gpus), "gpu_memory_mib_per_gpu": gpus,
+        "host_rss_mib": None if pid is None else tree_rss_mib(pid),
+        "gate": None, "server_info_error": None,
+    }
+    try:
+        sample["gate"] = sweep.gate_snapshot(url)
+    except (OSError, ValueError) as e:  # unreachable, timed out (a hung scheduler), bad JSON
+        sample["server_info_error"] = f"{type(e).__name__}: {e}"
+    return sample
+
+
+async def sample_until(stop: asyncio.Event, interval: float, take: Callable[[], dict],
+                       on_sample: Callable[[dict], None]) -> None:
+    """A sample every ``interval`` seconds, and a last one once ``stop`` is set."""
+    while not stop.is_set():
+        with suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+        on_sample(await asyncio.to_thread(take))  # nvidia-smi and urllib block
+
+
+def jsonl(f: TextIO) -> Callable[[dict], None]:
+    def write(row: dict) -> None:
+        f.write(json.dumps(row) + "\n")
+        f.flush()  # a soak that dies still leaves its rows
+    return write
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def memory_stats(samples: list[dict], key: str, warmup: float) -> Optional[dict]:
+    """First, last and largest value after the warm-up, and their growth over the first."""
+    values = [s[key] for s in samples if s["t"] >= warmup and s[key] is not None]
+    if len(values) < 2 or values[0] <= 0:
+        return None
+    first, last, peak = values[0], values[-1], max(values)
+    return {"samples": len(values), "first": first, "last": last, "max": peak,
+            "growth": (last - first) / first, "max_growth": (peak - first) / first}
+
+
+def criterion(name: str, ok: Optional[bool], detail: str) -> dict:
+    status = "skip" if ok is None else "pass" if ok else "fail"
+    return {"name": name, "status": status, "detail": detail}
+
+
+def memory_criterion(name: str, stats: Optional[dict], limit: float) -> dict:
+    if stats is None:
+        return criterion(name, None, "not measured, or fewer than 2 samples after the warm-up")
+    return criterion(name, stats["max_growth"] <= limit,
+                     f"{stats['first']:.0f} -> {stats['last']:.0f} MiB, largest growth "
+                     f"{stats['max_growth']:+.2%} (limit {limit:.0%})")
+
+
+def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, str],
+            warmup: float, max_gpu_growth: float, max_host_growth: float,
+            min_switches: int) -> dict:
+    """Request outcomes, gate activity and memory against the criteria; ``passed`` if none fails.
+
+    Memory is judged on its largest value after the warm-up, so the warm-up should cover a
+    full period of the wave: SGLang's allocator and Python's heap grow to the peak load once,
+    and a leak is growth beyond that.
+    """
+    gates = [s["gate"] for s in samples if s["gate"]]
+    gate = None if not gates else {"before": gates[0], "after": gates[-1],
+                                   "delta": sweep.gate_delta(gates[0], gates[-1])}
+    memory = {"warmup_s": warmup, "gpu_mib": memory_stats(samples, "gpu_memory_mib", warmup),
+              "host_rss_mib": memory_stats(samples, "host_rss_mib", warmup)}
+    switches = None if gate is None else gate["delta"]["switches"]
+    criteria = [
+        criterion("server alive", *alive),
+        *(criterion(f"no {kind} requests", counts[kind] == 0, f"{counts[kind]} {kind}")
+          for kind in ("lost", "truncated", "hung")),
+        criterion("requests completed", counts["completed"] > 0,
+                  f"{counts['completed']} completed"),
+        criterion("gate switched", None if switches is None else switches >= min_switches,
+                  "the server reports no spec gate" if switches is None
+                  else f"{switches} switches (at least {min_switches})"),
+        memory_criterion("GPU memory", memory["gpu_mib"], max_gpu_growth),
+        memory_criterion("host memory", memory["host_rss_mib"], max_host_growth),
+    ]
+    return {"requests": {"total": sum(counts.values()), **counts}, "gate": gate,
+            "memory": memory, "criteria": criteria,
+            "passed": all(c["status"] != "fail" for c in criteria)}
+
+
+def server_alive(proc: Optional[subprocess.Popen], last_request: RequestResult) -> tuple[bool, str]:
+    if proc is not None and proc.poll() is not None:
+        return False, f"the server exited with status {proc.returncode}"
+    if last_request.outcome != "completed":
+        return False, (f"a {PROBE_TOKENS}-token request after the soak: {last_request.outcome}"
+                       f"{f' ({last_request.error})' if last_request.error else ''}")
+    return True, (f"a {PROBE_TOKENS}-token request after the soak took "
+                  f"{last_request.latency_s:.2f} s")
+
+
+def markdown(summary: dict) -> str:
+    wave, req = summary["wave"], summary["requests"]
+    lines = [
+        f"# Soak {summary['name']}: {'PASS' if summary['passed'] else 'FAIL'}",
+        "",
+        f"{summary['started']}, {summary['elapsed_s']:.0f} s of load ({summary['duration_s']:g} "
+        f"planned{', stopped early' if summary['stopped_early'] else ''}) on {summary['url']}; "
+        f"N = {summary['threshold']}; concurrency {wave['shape']} {wave['low']}..{wave['high']} "
+        f"every {wave['period']:g} s.",
+        "",
+        "| criterion | result | detail |",
+        "|---|---|---|",
+        *(f"| {c['name']} | {c['status']} | {c['detail']} |" for c in summary["criteria"]),
+        "",
+        f"Requests: {req['total']} ("
+        + ", ".join(f"{kind} {req[kind]}" for kind in OUTCOMES) + ").",
+    ]
+    if summary["gate"]:
+        d = summary["gate"]["delta"]
+        lines.append(f"Gate: {d['switches']} switches; decode steps {d['decode_steps_spec']} "
+                     f"speculative, {d['decode_steps_plain']} plain.")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def make_wave(args: argparse.Namespace, threshold: int) -> Wave:
+    low = args.low or max(1, threshold // 2)
+    high = args.high or 2 * threshold
+    if not 1 <= low < high:
+        raise SystemExit(f"the wave needs 1 <= --low < --high, got {low} and {high}")
+    return Wave(low, high, args.period, args.shape)
+
+
+async def load_and_sample(run: sweep.Run, url: str, wave: Wave, pid: Optional[int],
+                          incremental: bool) -> tuple[Load, list[dict], RequestResult]:
+    args, load, samples = run.args, Load(), []
+    mix = Mix(tuple(args.prompt_lens), tuple(args.output_lens), args.abort_fraction,
+              args.sampled_fraction, args.vocab_size)
+    rid_prefix = f"soak-{secrets.token_hex(3)}"  # unique across soaks of one server
+    start = time.monotonic()
+    with open(run.dir / "samples.jsonl", "w") as sf, open(run.dir / "requests.jsonl", "w") as rf:
+        write_sample, write_request = jsonl(sf), jsonl(rf)
+
+        def on_sample(sample: dict) -> None:
+            samples.append(sample)
+            write_sample(sample)
+
+        def take() -> dict:
+            return take_sample(url, pid, time.monotonic() - start, load)
+
+        on_sample(take())  # before the first request: the counters' baseline
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(sample_until(stop, args.sample_interval, take, on_sample))
+        async with client_session() as session:
+            try:
+                await drive(session, url, wave, args.duration, mix.plans(args.seed, rid_prefix),
+                            soak_start=start, timeout=args.request_timeout,
+                            incremental=incremental, max_failures=args.max_failures, load=load,
+                            on_result=lambda r: write_request(r.row()))
+            finally:
+                stop.set()
+                await sampler
+            last = await probe(session, url, rid_prefix, start, args.request_timeout)
+    return load, samples, last
+
+
+def soak(run: sweep.Run, url: str, pid: Optional[int], proc: Optional[subprocess.Popen]) -> int:
+    args = run.args
+    try:
+        info = sweep.http_json(url + "/server_info")
+    except OSError as e:
+        raise SystemExit(f"{url}/server_info: {e}")
+    gate = (info.get("internal_states") or [{}])[0].get("spec_gate") or {}
+    threshold = args.threshold or gate.get("threshold")
+    if not threshold:
+        raise SystemExit("the server reports no spec gate: pass --threshold for the wave")
+    wave = make_wave(args, threshold)
+    run.note(f"# soak {args.duration:g} s on {url}, N={threshold}, {wave}, server pid {pid}")
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    load, samples, last = asyncio.run(load_and_sample(
+        run, url, wave, pid, incremental=bool(info.get("incremental_streaming_output"))))
+    summary = {
+        "name": args.name, "url": url, "started": started,
+        "elapsed_s": time.monotonic() - t0, "duration_s": args.duration,
+        "stopped_early": load.stopped_early, "threshold": threshold, "wave": asdict(wave),
+        **verdict(load.counts, samples, alive=server_alive(proc, last), warmup=args.warmup,
+                  max_gpu_growth=args.max_gpu_growth, max_host_growth=args.max_host_growth,
+                  min_switches=args.min_switches),
+    }
+    (run.dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    text = markdown(summary)
+    (run.dir / "summary.md").write_text(text)
+    print(text + f"results: {run.dir}", flush=True)
+    return 0 if summary["passed"] else 1
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ours, server_flags = sweep.split_server_flags(argv)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", help="soak this running server instead of starting one")
+    p.add_argument("--server-pid", type=int,
+                   help="with --url: the server's launcher process, for host memory "
+                        "(default: the process listening on the URL's port)")
+    sweep.add_server_arguments(p, model_required=False, max_running_default="--high")
+    p.add_argument("--threshold", type=int,
+                   help="the gate's N; with --url, default: the server's")
+    wave = p.add_argument_group("load")
+    wave.add_argument("--duration", type=float, default=1200, help="seconds of load")
+    wave.add_argument("--period", type=float, default=60, help="seconds per wave")
+    wave.add_argument("--shape", choices=("triangle", "square"), default="triangle")
+    wave.add_argument("--low", type=int, help="fewest requests in flight (default N/2)")
+    wave.add_argument("--high", type=int, help="most requests in flight (default 2N)")
+    wave.add_argument("--prompt-lens", type=sweep.int_list, default="16,128,512,2048",
+                      help="prompt lengths in tokens, drawn uniformly")
+    wave.add_argument("--output-lens", type=sweep.int_list, default="16,64,256,1024",
+                      help="max_new_tokens, drawn uniformly")
+    wave.add_argument("--abort-fraction", type=float, default=0.1,
+                      help="share of requests the client drops mid-stream")
+    wave.add_argument("--sampled-fraction", type=float, default=0.5,
+                      help="share sampled (temperature 0.8, top_p 0.95); the rest greedy")
+    wave.add_argument("--vocab-size", type=int, default=32000,
+                      help="prompt token ids are drawn below this")
+    wave.add_argument("--request-timeout", type=float, default=300,
+                      help="seconds a request may take before it counts as hung")
+    wave.add_argument("--max-failures", type=int, default=20,
+                      help="stop the load after this many lost or hung requests")
+    wave.add_argument("--seed", type=int, default=0)
+    judge = p.add_argument_group("verdict")
+    judge.add_argument("--sample-interval", type=float, default=10, help="seconds")
+    judge.add_argument("--warmup", type=float, default=120,
+                       help="seconds before memory is judged; cover a full --period")
+    judge.add_argument("--max-gpu-growth", type=float, default=0.02)
+    judge.add_argument("--max-host-growth", type=float, default=0.02)
+    judge.add_argument("--min-switches", type=int, default=2)
+    p.add_argument("--name", default="soak", help="results go to results/<date>-soak-<name>/")
+    p.add_argument("--run-dir", type=Path, help="results directory (overrides --name)")
+    p.add_argument("--dry-run", action="store_true", help="print the server command, run nothing")
+    args = p.parse_args(ours)
+    args.server_flags = server_flags
+    if args.url:
+        if server_flags or args.dry_run:
+            p.error("server flags after -- and --dry-run need a server this script starts")
+        args.url = args.url.rstrip("/")
+    elif not (args.model_path and args.draft_model_path and args.threshold):
+        p.error("give --url, or --model-path, --draft-model-path and --threshold")
+    if args.threshold is not None and args.threshold < 1:
+        p.error("--threshold: N >= 1")
+    if not 0 <= args.warmup < args.duration:
+        p.error("--warmup must be shorter than --duration")
+    if args.threshold and not args.max_running_requests:
+        # The wave's peak: the batch never needs more, and fewer CUDA graphs start faster.
+        args.max_running_requests = make_wave(args, args.threshold).high
+    args.cuda_graph_max_bs = args.cuda_graph_max_bs or args.max_running_requests
+    args.run_dir = args.run_dir or sweep.dated_run_dir(f"soak-{args.name}")
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    run = sweep.Run(args)
+    if not args.dry_run:
+        run.logs.mkdir(parents=True, exist_ok=True)
+    run.note_invocation(argv)
+    if args.url:
+        return soak(run, args.url, args.server_pid or listening_pid(args.url), proc=None)
+    config, = sweep.server_configs(["gate"], [args.threshold], sweep.Speculation.from_args(args),
+                                   run.dir)
+    with sweep.server(run, config) as started:
+        if args.dry_run:
+            return 0
+        proc = run.server_proc
+        if not started or proc is None:
+            run.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+            return 1
+        return soak(run, sweep.base_url(args), proc.pid, proc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,415 @@
+"""CPU tests of the soak benchmark against a fake server that streams like SGLang's /generate.
+
+The fake answers ``/generate`` with ``data: {json}`` events (cumulative ``output_ids`` and
+``meta_info.completion_tokens``/``finish_reason``, or deltas when ``incremental``) and a final
+``data: [DONE]``, as ``sglang/srt/entrypoints/http_server.py`` does, and ``/server_info`` with a
+``spec_gate`` dict. Its ``behaviour`` picks how a request goes wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
+
+import soak  # noqa: E402
+import soak_load  # noqa: E402
+from soak_load import Load, Mix, RequestPlan, Wave  # noqa: E402
+
+TOKEN_DELAY_S = 0.002
+
+
+class FakeSGLang(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        # Per request body -> ok | short | error | http500 | drop | stall
+        self.behaviour: Callable[[dict], str] = lambda body: "ok"
+        self.incremental = False
+        self.gate: Optional[dict] = {"active": True, "threshold": 4, "reenable_threshold": 4,
+                                     "dwell_steps": 8, "last_decode_batch_size": 0,
+                                     "fast_off_path": True}
+        self.lock = threading.Lock()
+        self.served = 0
+        self.active = 0
+        self.max_active = 0
+        self.disconnected: set[str] = set()
+
+    def gate_state(self) -> Optional[dict]:
+        if self.gate is None:
+            return None
+        with self.lock:  # counters that move with the load, like the real gate's
+            return {**self.gate, "decode_steps_spec": 10 * self.served,
+                    "decode_steps_plain": 5 * self.served, "switches": self.served}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: FakeSGLang
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/server_info":
+            self.reply(200, json.dumps({"incremental_streaming_output": self.server.incremental,
+                                        "internal_states": [{"spec_gate":
+                                                             self.server.gate_state()}]}))
+        else:  # /health
+            self.reply(200, "")
+
+    def reply(self, status: int, text: str) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        fake = self.server
+        behaviour = fake.behaviour(body)
+        if behaviour == "http500":
+            self.reply(500, "boom")
+            return
+        with fake.lock:
+            fake.active += 1
+            fake.max_active = max(fake.max_active, fake.active)
+        try:
+            self.stream(body, behaviour)
+        except (BrokenPipeError, ConnectionResetError):
+            fake.disconnected.add(body["rid"])
+        finally:
+            with fake.lock:
+                fake.active -= 1
+                fake.served += 1
+
+    def stream(self, body: dict, behaviour: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+        n = body["sampling_params"]["max_new_tokens"]
+        last = n - 1 if behaviour == "short" else n
+        ids: list[int] = []
+        for i in range(last):
+            if behaviour == "stall" and i == 2:
+                time.sleep(2)
+            if behaviour == "drop" and i == 2:
+                return
+            ids.append(7)
+            finish = {"type": "length", "length": n} if i == last - 1 else None
+            self.event({"text": "x", "output_ids": [7] if self.server.incremental else ids,
+                        "meta_info": {"id": body["rid"], "completion_tokens": len(ids),
+                                      "finish_reason": finish}})
+            time.sleep(TOKEN_DELAY_S)
+        if behaviour == "error":
+            self.event({"error": {"message": "bad request", "code": 400}})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+    def event(self, chunk: dict) -> None:
+        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        self.wfile.flush()
+
+
+@pytest.fixture()
+def fake() -> Iterator[FakeSGLang]:
+    server = FakeSGLang()
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def plan(max_new: int = 12, abort_at: Optional[int] = None, rid: str = "r") -> RequestPlan:
+    return RequestPlan(id=0, rid=rid, prompt_ids=[101, 102, 103], max_new_tokens=max_new,
+                       sampled=False, abort_at=abort_at)
+
+
+def send(fake: FakeSGLang, p: RequestPlan, timeout: float = 5.0,
+         incremental: bool = False) -> soak_load.RequestResult:
+    async def go() -> soak_load.RequestResult:
+        async with soak_load.client_session() as session:
+            return await soak_load.run_request(session, fake.url, p, time.monotonic(), timeout,
+                                               incremental)
+    return asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- load
+
+
+def test_wave_shapes() -> None:
+    square = Wave(2, 8, period=10, shape="square")
+    assert [square.target(t) for t in (0, 4.9, 5, 9.9, 10, 15)] == [2, 2, 8, 8, 2, 8]
+    triangle = Wave(2, 8, period=10)
+    assert [triangle.target(t) for t in (0, 2.5, 5, 7.5, 10)] == [2, 5, 8, 5, 2]
+    assert all(2 <= triangle.target(t / 10) <= 8 for t in range(300))
+
+
+def test_plans_are_mixed_and_reproducible() -> None:
+    mix = Mix(prompt_lens=(4, 64), output_lens=(8, 32), abort_fraction=0.3,
+              sampled_fraction=0.5, vocab_size=1000)
+    plans = [p for p, _ in zip(mix.plans(seed=1, rid_prefix="s"), range(400))]
+    again = [p for p, _ in zip(mix.plans(seed=1, rid_prefix="s"), range(400))]
+    assert plans == again
+    assert {len(p.prompt_ids) for p in plans} == {4, 64}
+    assert {p.max_new_tokens for p in plans} == {8, 32}
+    assert all(100 <= i < 1000 for p in plans for i in p.prompt_ids)
+    aborted = [p for p in plans if p.abort_at is not None]
+    assert 0.2 < len(aborted) / len(plans) < 0.4
+    assert all(1 <= p.abort_at < p.max_new_tokens for p in aborted)
+    assert 0.4 < sum(p.sampled for p in plans) / len(plans) < 0.6
+    assert len({p.rid for p in plans}) == 400
+    body = plans[0].body()
+    assert body["stream"] and body["sampling_params"]["ignore_eos"]
+    assert body["sampling_params"]["max_new_tokens"] == plans[0].max_new_tokens
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_full_stream_completes(fake: FakeSGLang, incremental: bool) -> None:
+    fake.incremental = incremental
+    result = send(fake, plan(12), incremental=incremental)
+    assert result.outcome == "completed"
+    assert (result.tokens, result.completion_tokens, result.done) == (12, 12, True)
+    assert result.finish_reason == {"type": "length", "length": 12}
+    assert 0 < result.ttft_s <= result.latency_s
+
+
+@pytest.mark.parametrize("behaviour, outcome, error", [
+    ("short", "truncated", None),
+    ("error", "lost", "server: {'message': 'bad request', 'code': 400}"),
+    ("http500", "lost", "HTTP 500: boom"),
+    ("drop", "lost", "the stream ended without data: [DONE]"),
+])
+def test_failures_are_classified(fake: FakeSGLang, behaviour: str, outcome: str,
+                                 error: Optional[str]) -> None:
+    fake.behaviour = lambda body: behaviour
+    result = send(fake, plan(12))
+    assert (result.outcome, result.error) == (outcome, error)
+
+
+def test_a_stalled_stream_is_hung(fake: FakeSGLang) -> None:
+    fake.behaviour = lambda body: "stall"
+    result = send(fake, plan(12), timeout=0.3)
+    assert result.outcome == "hung" and result.tokens == 2
+    assert 0.3 <= result.latency_s < 1.0
+
+
+def test_a_refused_connection_is_lost() -> None:
+    result = asyncio.run(_send_to("http://127.0.0.1:9", plan()))  # discard port: nobody listens
+    assert result.outcome == "lost" and result.error.startswith("ClientConnectorError")
+
+
+async def _send_to(url: str, p: RequestPlan) -> soak_load.RequestResult:
+    async with soak_load.client_session() as session:
+        return await soak_load.run_request(session, url, p, time.monotonic(), 5.0, False)
+
+
+def test_client_abort_drops_the_stream(fake: FakeSGLang) -> None:
+    result = send(fake, plan(200, abort_at=5, rid="gone"))
+    assert result.outcome == "aborted" and result.tokens == 5 and result.error is None
+    deadline = time.monotonic() + 5
+    while "gone" not in fake.disconnected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "gone" in fake.disconnected  # the server saw the client go away
+    finished_first = send(fake, plan(12, abort_at=20))  # the abort point is never reached
+    assert finished_first.outcome == "completed" and not finished_first.aborted
+
+
+def drive(fake: FakeSGLang, wave: Wave, duration: float, mix: Mix,
+          max_failures: int = 100) -> tuple[Load, list[soak_load.RequestResult]]:
+    load, results = Load(), []
+
+    async def go() -> None:
+        async with soak_load.client_session() as session:
+            await soak_load.drive(session, fake.url, wave, duration, mix.plans(0, "d"),
+                                  soak_start=time.monotonic(), timeout=5, incremental=False,
+                                  max_failures=max_failures, load=load,
+                                  on_result=results.append)
+    asyncio.run(go())
+    return load, results
+
+
+MIX = Mix(prompt_lens=(4, 16), output_lens=(8, 24), abort_fraction=0.25, sampled_fraction=0.5,
+          vocab_size=1000)
+
+
+def in_flight_at(results: list[soak_load.RequestResult], t: float) -> int:
+    return sum(r.start_s <= t < r.start_s + r.latency_s for r in results)
+
+
+def test_drive_follows_the_wave_and_drains(fake: FakeSGLang) -> None:
+    load, results = drive(fake, Wave(1, 6, period=0.6, shape="square"), 1.2, MIX)
+    assert load.in_flight == 0 and load.target == 0  # drained
+    assert sum(load.counts.values()) == len(results)
+    assert {r.outcome for r in results} == {"completed", "aborted"}
+    assert load.counts["aborted"] == sum(r.aborted for r in results) > 0
+    assert max(r.start_s for r in results) < 1.2
+    # The client's concurrency, from each request's start and end: 1 in the first half of a
+    # period, 6 in the second (0 or 5 only in the instant between an end and the next start).
+    low = [in_flight_at(results, t / 100) for t in range(5, 25)]
+    high = [in_flight_at(results, t / 100) for t in range(35, 55)]
+    assert set(low) <= {0, 1} and low.count(1) > len(low) / 2
+    assert max(high) == 6 and high.count(6) > len(high) / 2
+    assert max(in_flight_at(results, t / 100) for t in range(120)) == 6
+
+
+def test_drive_stops_after_too_many_failures(fake: FakeSGLang) -> None:
+    fake.behaviour = lambda body: "http500"
+    load, results = drive(fake, Wave(2, 4, period=1), 10, MIX, max_failures=5)
+    assert load.stopped_early and load.counts["lost"] == len(results) >= 5
+    assert len(results) < 10  # it did not keep hammering a failing server
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def test_take_sample(fake: FakeSGLang) -> None:
+    sample = soak.take_sample(fake.url, os.getpid(), 1.5, Load(target=3, in_flight=2))
+    assert sample["gate"]["threshold"] == 4 and sample["server_info_error"] is None
+    assert sample["host_rss_mib"] > 10
+    assert (sample["t"], sample["target"], sample["in_flight"]) == (1.5, 3, 2)
+    assert sample["outcomes"] == dict.fromkeys(soak_load.OUTCOMES, 0)
+    if sample["gpu_memory_mib"] is not None:  # a machine with nvidia-smi
+        assert sample["gpu_memory_mib"] == sum(sample["gpu_memory_mib_per_gpu"])
+    gone = soak.take_sample("http://127.0.0.1:9", None, 0, Load())
+    assert gone["gate"] is None and "URLError" in gone["server_info_error"]
+    assert gone["host_rss_mib"] is None
+
+
+def test_listening_pid_finds_the_server(fake: FakeSGLang) -> None:
+    assert soak.listening_pid(fake.url) in (os.getpid(), None)  # None where psutil may not look
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def samples(gpu: list[Optional[float]], host: list[Optional[float]],
+            switches: list[int]) -> list[dict]:
+    return [{"t": 10.0 * i, "gpu_memory_mib": g, "host_rss_mib": h,
+             "gate": {"decode_steps_spec": 10 * s, "decode_steps_plain": 20 * s, "switches": s}}
+            for i, (g, h, s) in enumerate(zip(gpu, host, switches))]
+
+
+COUNTS = {"completed": 90, "aborted": 10, "lost": 0, "truncated": 0, "hung": 0}
+ALIVE = (True, "a 16-token request after the soak took 0.10 s")
+
+
+def judge(counts: dict, rows: list[dict], alive: tuple[bool, str] = ALIVE) -> dict:
+    return soak.verdict(counts, rows, alive=alive, warmup=20, max_gpu_growth=0.02,
+                        max_host_growth=0.02, min_switches=2)
+
+
+def test_verdict_passes_with_flat_memory() -> None:
+    # Growth during the warm-up (first two samples) does not count.
+    rows = samples([500, 900, 1000, 1010, 1000, 1005], [100, 200, 300, 303, 301, 300],
+                   [0, 1, 3, 5, 6, 8])
+    v = judge(COUNTS, rows)
+    assert v["passed"], v["criteria"]
+    assert v["requests"] == {"total": 100, **COUNTS}
+    assert v["gate"]["delta"] == {"decode_steps_spec": 80, "decode_steps_plain": 160,
+                                  "switches": 8}
+    assert v["memory"]["gpu_mib"] == {"samples": 4, "first": 1000, "last": 1005, "max": 1010,
+                                      "growth": pytest.approx(0.005),
+                                      "max_growth": pytest.approx(0.01)}
+    assert [c["status"] for c in v["criteria"]] == ["pass"] * 8
+
+
+def test_verdict_fails_on_each_criterion() -> None:
+    rows = samples([1000, 1000, 1000, 1030, 1060, 1100], [300] * 6, [0, 0, 1, 1, 1, 1])
+    bad = {"completed": 0, "aborted": 3, "lost": 2, "truncated": 1, "hung": 1}
+    v = judge(bad, rows, alive=(False, "the server exited with status -9"))
+    assert not v["passed"]
+    status = {c["name"]: c["status"] for c in v["criteria"]}
+    assert status == {"server alive": "fail", "no lost requests": "fail",
+                      "no truncated requests": "fail", "no hung requests": "fail",
+                      "requests completed": "fail", "gate switched": "fail",
+                      "GPU memory": "fail", "host memory": "pass"}
+    detail = {c["name"]: c["detail"] for c in v["criteria"]}
+    assert detail["GPU memory"] == "1000 -> 1100 MiB, largest growth +10.00% (limit 2%)"
+
+
+def test_verdict_skips_what_was_not_measured() -> None:
+    rows = [{**s, "gate": None} for s in samples([None] * 4, [None, None, 300, None], [0] * 4)]
+    v = judge(COUNTS, rows)
+    assert v["passed"] and v["gate"] is None
+    status = {c["name"]: c["status"] for c in v["criteria"]}
+    assert status["gate switched"] == status["GPU memory"] == status["host memory"] == "skip"
+
+
+# --------------------------------------------------------------------------- the script
+
+
+def soak_args(run_dir: Path, url: str, *extra: str) -> list[str]:
+    return ["--url", url, "--run-dir", str(run_dir), "--duration", "1.5", "--period", "0.5",
+            "--warmup", "0.5", "--sample-interval", "0.25", "--prompt-lens", "4,16",
+            "--output-lens", "8,24", "--abort-fraction", "0.3",
+            "--max-host-growth", "1.0",  # the fake's "server" process is pytest itself
+            *extra]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_soak_against_a_healthy_server_passes(fake: FakeSGLang, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    assert soak.main(soak_args(tmp_path / "run", fake.url)) == 0
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["passed"] and summary["threshold"] == 4  # read from the server's spec_gate
+    assert summary["wave"] == {"low": 2, "high": 8, "period": 0.5, "shape": "triangle"}
+    assert summary["gate"]["delta"]["switches"] > 0
+    requests = read_jsonl(run / "requests.jsonl")
+    assert len(requests) == summary["requests"]["total"] > 10
+    assert {r["outcome"] for r in requests} == {"completed", "aborted"}
+    assert set(requests[0]) >= {"id", "prompt_len", "max_new_tokens", "aborted", "tokens",
+                                "finish_reason", "latency_s", "error", "outcome"}
+    rows = read_jsonl(run / "samples.jsonl")
+    assert rows[0]["t"] < 0.1 and rows[-1]["in_flight"] == 0 and len(rows) >= 5
+    assert "--url" in (run / "command.txt").read_text()
+    assert "# Soak soak: PASS" in (run / "summary.md").read_text()
+    assert "| server alive | pass |" in capsys.readouterr().out
+
+
+def test_soak_fails_on_truncated_requests(fake: FakeSGLang, tmp_path: Path) -> None:
+    fake.behaviour = lambda body: "short" if body["sampling_params"]["max_new_tokens"] == 24 \
+        else "ok"
+    assert soak.main(soak_args(tmp_path / "run", fake.url, "--abort-fraction", "0")) == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["requests"]["truncated"] > 0 and not summary["passed"]
+    assert "| no truncated requests | fail |" in (tmp_path / "run" / "summary.md").read_text()
+
+
+def test_dry_run_prints_the_gated_server(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = soak.main(["--model-path", "/m/t", "--draft-model-path", "/m/d", "--threshold", "8",
+                      "--run-dir", str(tmp_path / "run"), "--dry-run", "--",
+                      "--attention-backend", "triton"])
+    out = capsys.readouterr().out
+    assert code == 0 and not (tmp_path / "run").exists()
+    server = next(line for line in out.splitlines() if "sglang.launch_server" in line)
+    assert "--speculative-disable-batch-threshold 8" in server
+    assert "--max-running-requests 16 --cuda-graph-max-bs 16" in server  # the wave's 2N
+    assert server.endswith("--attention-backend triton")
+
+
+@pytest.mark.parametrize("bad", [
+    ["--url", "http://x", "--", "--tp-size", "2"],  # flags for a server it does not start
+    ["--model-path", "/m/t", "--draft-model-path", "/m/d"],  # no threshold
+    ["--url", "http://x", "--warmup", "100", "--duration", "60"],
+])
+def test_soak_rejects_bad_options(bad: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        soak.parse_args(bad)
