@@ -4,8 +4,9 @@ whether to speculate.
 Speculating steps are upstream EAGLEWorkerV2 unchanged. Plain steps reuse upstream's
 adaptive "steps 0" runtime state (a one-token verify plus a one-token draft extend that keeps
 the draft KV cache current, so re-enabling is warm), with that state's attention backends
-switched to their decode kernels (one_token_decode.py), which is what makes "off" run at
-plain-decode speed. Switching is upstream's ``AdaptiveController`` swapping pre-captured
+switched to their decode kernels (one_token_decode.py): upstream runs those one-token forwards
+through prefill-style kernels, most of its steps-0 cost (benchmark/results/ has what the switch
+recovers so far). Switching is upstream's ``AdaptiveController`` swapping pre-captured
 runtime states, driven by our policy instead of its acceptance EMA.
 """
 
