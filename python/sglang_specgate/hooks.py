@@ -13,6 +13,7 @@ resolved at registration because SGLang substitutes the class object itself.
 
 from __future__ import annotations
 
+import functools
 import pkgutil
 from dataclasses import dataclass
 
@@ -138,11 +139,16 @@ def unresolved_targets() -> list[str]:
     return missing
 
 
+@functools.cache
+def _implementation(path: str):
+    return pkgutil.resolve_name(path)
+
+
 def _deferred(path: str):
-    """A hook function that imports its implementation on first call."""
+    """A hook function that imports its implementation on first call (some run per step)."""
 
     def call(*args, **kwargs):
-        return pkgutil.resolve_name(path)(*args, **kwargs)
+        return _implementation(path)(*args, **kwargs)
 
     call.__qualname__ = call.__name__ = path
     return call

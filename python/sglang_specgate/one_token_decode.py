@@ -19,8 +19,9 @@ from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMo
 
 logger = logging.getLogger(__name__)
 
-# Backends whose decode path was checked token-identical and measured on a GPU
-# (benchmark/results/). Others keep upstream's extend kernels, with a warning.
+# Backends whose decode path has served the off state on a GPU through real SGLang
+# (benchmark/results/2026-11-30-gate-smoke-1b). Others keep upstream's extend kernels, with a
+# warning, until the same run and test/gpu pass on them.
 VERIFIED_BACKENDS = frozenset({"TritonAttnBackend"})
 
 
