@@ -26,7 +26,7 @@ def register() -> None:
     try:
         hooks.check_sglang_version(sglang.__version__)
     except hooks.IncompatibleSGLangError as e:
-        raise SystemExit(f"sglang-specgate: {e}") from None
+        raise SystemExit(str(e)) from None
     missing = hooks.unresolved_targets()
     if missing:
         raise SystemExit(
