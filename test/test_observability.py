@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-import pytest
 from sglang.srt.managers.io_struct import GetInternalStateReqOutput
 
 from sglang_specgate.observability import SwitchLog, add_gate_state, export_gate_metrics

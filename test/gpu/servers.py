@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,9 @@ SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3
 # The kit ships only Triton attention and no grammar backends (shared/gpu/README.md).
 COMMON_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
                 "--grammar-backend", "none", "--max-running-requests", "64",
-                "--cuda-graph-max-bs", "64", "--mem-fraction-static", "0.7"]
+                "--cuda-graph-max-bs", "64",
+                # Two servers can share GPU 0 (gated TP=1 stays up while TP=2 starts).
+                "--mem-fraction-static", "0.4"]
 
 
 class Server:
@@ -30,6 +33,7 @@ class Server:
             [sys.executable, "-m", "sglang.launch_server", *argv, *COMMON_FLAGS,
              "--tp-size", str(tp), "--host", "127.0.0.1", "--port", str(port)],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+            start_new_session=True,  # stop() signals the whole tree (schedulers included)
         )
         deadline = time.time() + 600
         while time.time() < deadline:
@@ -55,11 +59,14 @@ class Server:
         return json.loads(self.get("/server_info"))["internal_states"][0].get("spec_gate")
 
     def stop(self):
-        self.proc.terminate()
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
 
 def ramping_load(server: Server, prompts: list[list[int]], long_tokens: int, short_tokens: int,

@@ -32,15 +32,21 @@ def gated(start_server):
         "--speculative-gate-dwell-steps", "4", "--enable-metrics"))
 
 
+def greedy_run(server) -> list[list[int]]:
+    results = ramping_load(server, prompts(), long_tokens=384, short_tokens=48, bursts=3,
+                           temperature=0.0, ignore_eos=True)
+    return [r["output_ids"] for r in results]
+
+
 @pytest.fixture(scope="module")
 def greedy_outputs(start_server, gated):
-    outputs = {}
-    for name, server in (("plain", start_server("plain", spec=False)),
-                         ("spec", start_server("spec", spec=True)),
-                         ("gated", gated)):
-        results = ramping_load(server, prompts(), long_tokens=384, short_tokens=48, bursts=3,
-                               temperature=0.0, ignore_eos=True)
-        outputs[name] = [r["output_ids"] for r in results]
+    outputs = {"gated": greedy_run(gated)}
+    for name, spec in (("plain", False), ("spec", True)):
+        server = start_server(name, spec=spec)
+        try:
+            outputs[name] = greedy_run(server)
+        finally:
+            server.stop()  # free the GPU for the next one
     return outputs
 
 
@@ -83,7 +89,5 @@ def test_prometheus_metrics(greedy_outputs, gated):
 def test_tensor_parallel_matches_single_gpu(start_server, greedy_outputs):
     tp2 = start_server("gated-tp2", spec=True, tp=2, extra=(
         "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
-    results = ramping_load(tp2, prompts(), long_tokens=384, short_tokens=48, bursts=3,
-                           temperature=0.0, ignore_eos=True)
-    assert [r["output_ids"] for r in results] == greedy_outputs["gated"]
+    assert greedy_run(tp2) == greedy_outputs["gated"]
     assert tp2.gate_state()["switches"] >= 2
