@@ -95,11 +95,14 @@ def take_sample(url: str, pid: Optional[int], t: float, load: Load) -> dict:
 
 async def sample_until(stop: asyncio.Event, interval: float, take: Callable[[], dict],
                        on_sample: Callable[[dict], None]) -> None:
-    """A sample every ``interval`` seconds, and a last one once ``stop`` is set."""
+    """A sample every ``interval`` seconds, and a last one taken after ``stop`` is set (a
+    sample already under way when it is set still reflects the load before the drain)."""
     while not stop.is_set():
         with suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
-        on_sample(await asyncio.to_thread(take))  # nvidia-smi and urllib block
+        if not stop.is_set():
+            on_sample(await asyncio.to_thread(take))  # nvidia-smi and urllib block
+    on_sample(await asyncio.to_thread(take))
 
 
 def jsonl(f: TextIO) -> Callable[[dict], None]:
