@@ -159,8 +159,9 @@ def register_hooks() -> None:
 
     for hook in HOOKS:
         kind = HookType[hook.kind]
+        # SGLang substitutes a replacement class itself, so it must be resolved now.
         impl = (
-            pkgutil.resolve_name(hook.implementation)
+            _implementation(hook.implementation)
             if kind is HookType.REPLACE
             else _deferred(hook.implementation)
         )
