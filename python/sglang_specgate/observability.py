@@ -50,19 +50,20 @@ class GateMetrics:
             "sglang:spec_gate_decode_steps", "Decode steps by mode (spec: speculative, plain: gated off).",
             labelnames=names + ["mode"],
         )
-        self._reported = {"switches": 0, "spec": 0, "plain": 0}
+        self._reported = {"switches": 0, "decode_steps_spec": 0, "decode_steps_plain": 0}
 
-    def update(self, snapshot: dict) -> None:
-        self.active.labels(**self.labels).set(1 if snapshot["active"] else 0)
-        for key, counter, extra in (
-            ("switches", self.switches, {}),
-            ("spec", self.decode_steps, {"mode": "spec"}),
-            ("plain", self.decode_steps, {"mode": "plain"}),
+    def update(self, policy) -> None:
+        """Read the policy's counters directly: this runs once per decode step."""
+        self.active.labels(**self.labels).set(1 if policy.speculating else 0)
+        counters = policy.counters
+        for name, total, counter, extra in (
+            ("switches", counters.switches, self.switches, {}),
+            ("decode_steps_spec", counters.decode_steps_spec, self.decode_steps, {"mode": "spec"}),
+            ("decode_steps_plain", counters.decode_steps_plain, self.decode_steps, {"mode": "plain"}),
         ):
-            total = snapshot["switches" if key == "switches" else f"decode_steps_{key}"]
-            if total > self._reported[key]:
-                counter.labels(**self.labels, **extra).inc(total - self._reported[key])
-                self._reported[key] = total
+            if total > self._reported[name]:
+                counter.labels(**self.labels, **extra).inc(total - self._reported[name])
+                self._reported[name] = total
 
 
 def export_gate_metrics(result, reporter, *args, **kwargs):
@@ -76,7 +77,7 @@ def export_gate_metrics(result, reporter, *args, **kwargs):
     metrics = getattr(reporter, "_spec_gate_metrics", None)
     if metrics is None:
         metrics = reporter._spec_gate_metrics = GateMetrics(reporter.metrics_collector.labels)
-    metrics.update(worker.gate.snapshot())
+    metrics.update(worker.gate)
     return result
 
 
