@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmark"))
+import sweep  # noqa: E402  (the benchmark's server and /server_info helpers)
 SHAPE = os.environ.get("SPECGATE_GPU_SHAPE", "1b")
 THRESHOLD = 8
 SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
@@ -33,40 +33,29 @@ class Server:
             [sys.executable, "-m", "sglang.launch_server", *argv, *COMMON_FLAGS,
              "--tp-size", str(tp), "--host", "127.0.0.1", "--port", str(port)],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-            start_new_session=True,  # stop() signals the whole tree (schedulers included)
+            start_new_session=True,  # stop() signals the whole group (schedulers included)
         )
-        deadline = time.time() + 600
-        while time.time() < deadline:
+        deadline = time.monotonic() + 600
+        while not sweep.healthy(self.url):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server {name} exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(self.url + "/health", timeout=2)
-                return
-            except OSError:
-                time.sleep(2)
-        self.stop()
-        raise TimeoutError(f"server {name} did not become healthy")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"server {name} did not become healthy")
+            time.sleep(2)
 
-    def get(self, path: str):
+    def get(self, path: str) -> str:
         return urllib.request.urlopen(self.url + path, timeout=60).read().decode()
 
     def generate(self, input_ids: list[int], **sampling) -> dict:
-        body = json.dumps({"input_ids": input_ids, "sampling_params": sampling}).encode()
-        request = urllib.request.Request(self.url + "/generate", body, {"Content-Type": "application/json"})
-        return json.load(urllib.request.urlopen(request, timeout=600))
+        return sweep.http_json(self.url + "/generate",
+                               {"input_ids": input_ids, "sampling_params": sampling}, timeout=600)
 
     def gate_state(self) -> dict | None:
-        return json.loads(self.get("/server_info"))["internal_states"][0].get("spec_gate")
+        return sweep.gate_snapshot(self.url)
 
-    def stop(self):
-        if self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+    def stop(self) -> None:
+        sweep.stop(self.proc, self.url)  # whole process group, then waits for the port
 
 
 def ramping_load(server: Server, prompts: list[list[int]], long_tokens: int, short_tokens: int,
