@@ -103,3 +103,42 @@ def test_verify_results_are_paired_with_their_decisions_in_launch_order():
     (episode,) = params.reenable_acceptance.snapshot()["recent"]
     assert episode["before"] == 3.0  # the two speculative steps, not the plain ones
     assert episode["after"] == [2.0]
+
+
+def test_the_plain_state_captures_its_draft_extend_graph_one_token_wide(plugins_loaded, eagle_argv):
+    """While upstream builds the steps-0 state it calls the target runner's
+    ``_get_attention_backend`` and the draft worker's ``_capture_cuda_graphs``
+    (eagle_worker_v2.py:1313-1321). Both need a GPU, so stand-ins play them here; the
+    server args are SGLang's real, resolved ones, whose width the capture reads."""
+    from sglang.srt.server_args import prepare_server_args
+
+    server_args = prepare_server_args(eagle_argv + ["--speculative-disable-batch-threshold", "8"])
+    backend_class = type("TritonAttnBackend", (), {})  # stands in for the verified backend
+    seen_widths = []
+
+    class DraftWorker:
+        draft_runner = type("DraftRunner", (), {"server_args": server_args})()
+        draft_extend_attn_backend = backend_class()
+
+        def _capture_cuda_graphs(self):
+            seen_widths.append(server_args.speculative_num_draft_tokens)
+
+    class TargetRunner:
+        def _get_attention_backend(self, init_new_workspace=False):
+            return backend_class()
+
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker._draft_worker = DraftWorker()
+    worker._target_worker = type("TargetWorker", (), {"model_runner": TargetRunner()})()
+    with worker._one_token_backends_use_decode_kernels():
+        target_backend = worker._target_worker.model_runner._get_attention_backend(init_new_workspace=True)
+        worker._draft_worker._capture_cuda_graphs()
+
+    assert seen_widths == [1]
+    assert server_args.speculative_num_draft_tokens == 4  # restored for the speculative state
+    assert worker.fast_off_path is True
+    for backend in (target_backend, worker._draft_worker.draft_extend_attn_backend):
+        assert type(backend).__name__ == "OneTokenDecodeTritonAttnBackend"
+    # the stand-ins' own methods are back
+    assert "_capture_cuda_graphs" not in vars(worker._draft_worker)
+    assert "_get_attention_backend" not in vars(worker._target_worker.model_runner)

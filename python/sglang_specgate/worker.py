@@ -3,11 +3,13 @@ whether to speculate.
 
 Speculating steps are upstream EAGLEWorkerV2 unchanged. Plain steps reuse upstream's
 adaptive "steps 0" runtime state (a one-token verify plus a one-token draft extend that keeps
-the draft KV cache current, so re-enabling is warm), with that state's attention backends
-switched to their decode kernels (one_token_decode.py): upstream runs those one-token forwards
-through prefill-style kernels, most of its steps-0 cost (benchmark/results/ has what the switch
-recovers so far). Switching is upstream's ``AdaptiveController`` swapping pre-captured
-runtime states, driven by our policy instead of its acceptance EMA.
+the draft KV cache current, so re-enabling is warm), changed in two ways while it is built:
+its attention backends answer those one-token forwards with their decode kernels
+(one_token_decode.py; upstream runs them through prefill-style kernels, most of its steps-0
+cost), and its draft extend is captured as a CUDA graph one token wide, the width it runs at.
+Switching is upstream's ``AdaptiveController`` swapping pre-captured runtime states, driven by
+our policy instead of its acceptance EMA. What the off state still costs against a plain
+server: benchmark/results/2026-11-30-offpath-8b.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ logger = logging.getLogger(__name__)
 PLAIN_STEPS = 0  # upstream's steps-0 state: no drafting, one-token verify
 # A bound, not a tuning knob: at most one step is in flight under the overlap scheduler.
 MAX_STEPS_IN_FLIGHT = 4
+GRAPH_WIDTH_OVERRIDE = "spec_gate.one_token_draft_extend_graph"  # provenance in ServerArgs.override
 
 
 def select_worker_class(worker_cls, algorithm, server_args):
@@ -142,20 +145,28 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             converted.append(use_decode_kernels(backend))
             return backend
 
-        def skip_draft_graphs():
-            # Upstream captures the steps-0 draft-extend graph at the server's static width
-            # (speculative_num_draft_tokens, eagle_draft_extend_cuda_graph_runner.py:133),
-            # so a one-token draft extend never replays it (can_run_graph, :285-295) and
-            # runs eagerly; and steps <= 1 has no draft-decode graph. Capturing neither
-            # saves start-up time and memory without changing what runs.
-            draft_worker.cuda_graph_runner = None
-            draft_worker.cuda_graph_runner_for_draft_extend = None
+        capture_draft_graphs = draft_worker._capture_cuda_graphs
+
+        def capture_one_token_draft_graphs():
             if draft_worker.draft_extend_attn_backend is not None:
                 converted.append(use_decode_kernels(draft_worker.draft_extend_attn_backend))
+            # Upstream sizes the draft-extend graph from the server's static draft width
+            # (resolve_num_tokens_per_req reads server_args.speculative_num_draft_tokens,
+            # eagle_draft_extend_cuda_graph_runner.py:133), so its steps-0 graph is captured
+            # 4 tokens wide and a one-token draft extend never replays it
+            # (can_run_graph, :285-295): every plain step would launch the draft eagerly.
+            # Capture at width 1 instead; steps <= 1 captures no draft-decode graph.
+            server_args = draft_worker.draft_runner.server_args
+            width = server_args.speculative_num_draft_tokens
+            server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=1)
+            try:
+                capture_draft_graphs()
+            finally:
+                server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=width)
 
         # Instance attributes shadow the methods for this build only.
         target_runner._get_attention_backend = make_target_backend_for_decode
-        draft_worker._capture_cuda_graphs = skip_draft_graphs
+        draft_worker._capture_cuda_graphs = capture_one_token_draft_graphs
         try:
             yield
         finally:
