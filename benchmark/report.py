@@ -41,6 +41,7 @@ class Results:
     closed: dict[str, dict[int, dict]] = field(default_factory=dict)  # config -> C -> row
     gate: dict[str, dict] = field(default_factory=dict)  # tag -> gate.jsonl row
     bursty: dict[str, list[dict]] = field(default_factory=dict)  # config -> phase rows
+    profiles: dict[str, dict] = field(default_factory=dict)  # config -> profile-<config>.json
 
     def envelope(self) -> dict[int, float]:
         """max(plain, always-on) output tok/s at each concurrency measured for both."""
@@ -64,6 +65,9 @@ def load(run_dirs: Iterable[Path]) -> Results:
             phases.setdefault(config_of(row["tag"]), {})[int(tag_fields(row["tag"])["phase"])] = row
         for name, by_phase in phases.items():
             res.bursty[name] = [by_phase[k] for k in sorted(by_phase)]
+        for path in sorted(run.glob("profile-*.json")):
+            profile = json.loads(path.read_text())
+            res.profiles[profile["config"]] = profile
     return res
 
 
@@ -202,6 +206,30 @@ def setup_line(res: Results) -> str:
             f"SGLang {info.get('version')}")
 
 
+def versus_plain_table(res: Results) -> str:
+    """Each gate against the plain server where the gate is off: the cost of being off."""
+    plain = res.closed.get("plain", {})
+    rows = []
+    for name in res.gated():
+        for c in sorted(plain.keys() & res.closed[name].keys()):
+            gated, base = res.closed[name][c], plain[c]
+            rows.append([name, str(c), fmt(gated["output_throughput"] / base["output_throughput"], 3),
+                         fmt(gated["median_tpot_ms"] / base["median_tpot_ms"], 3)])
+    return md_table(["config", "C", "tok/s vs plain", "median TPOT vs plain"], rows)
+
+
+def profile_table(res: Results) -> str:
+    rows = []
+    for name, p in res.profiles.items():
+        fam = p["family_ms_per_step"]
+        top = p["top_kernels"][0]
+        rows.append([name, str(p["concurrency"]), fmt(p["busy_ms_per_step"], 2), fmt(fam["attention"], 2),
+                     fmt(fam["gemm"], 2), fmt(fam["other"], 2), f"{p['gpu_busy_fraction']:.0%}",
+                     f"`{top['name'][:48]}` {fmt(top['ms_per_step'], 2)}"])
+    return md_table(["config", "batch", "GPU ms/step", "attention", "GEMM", "other", "GPU busy",
+                     "top kernel (ms/step)"], rows)
+
+
 def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: float,
              plot: Optional[str]) -> str:
     parts = [f"# Sweep: {', '.join(titles)}", setup_line(res)]
@@ -212,8 +240,16 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "gate ran speculative / plain during the level, from `/server_info`."]
     if res.envelope():
         parts += ["## Envelope: gated / max(plain, always-on)", envelope_table(res)]
+    if "plain" in res.closed and res.gated():
+        parts += ["## Gated / plain (above N the gate is off: this is what being off costs)",
+                  versus_plain_table(res)]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
+    if res.profiles:
+        parts += ["## Decode step profile (`--profile-concurrency`)", profile_table(res),
+                  "GPU kernel time per forward step from SGLang's `/start_profile` over steady "
+                  "decode; GPU busy: kernel time over the profiled span (the rest is idle, "
+                  "waiting on the CPU). Full kernel lists in `profile-<config>.json`."]
     if res.bursty:
         parts += [f"## Bursty (SLO: TTFT ≤ {slo_ttft_ms:g} ms, TPOT ≤ {slo_tpot_ms:g} ms)",
                   bursty_tables(res, slo_ttft_ms, slo_tpot_ms),

@@ -39,11 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+import decode_profile
 import prompts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate")
 GATE_COUNTERS = ("decode_steps_spec", "decode_steps_plain", "switches")
+PROFILE_WAIT_S = 120.0  # for the profile load to reach decode, and for the trace
 
 
 @dataclass(frozen=True)
@@ -162,13 +164,13 @@ def server_command(args: argparse.Namespace, config: ServerConfig) -> list[str]:
 def bench_command(args: argparse.Namespace, *, tag: str, dataset: Path, output_file: Path,
                   num_prompts: int, warmup: int, concurrency: Optional[int] = None,
                   rate: float = math.inf, seed: int = 1, details: bool = False,
-                  flush_cache: bool = False) -> list[str]:
+                  flush_cache: bool = False, output_len: Optional[int] = None) -> list[str]:
     cmd = [
         sys.executable, "-m", "sglang.benchmark.serving",
         "--backend", "sglang", "--base-url", base_url(args),
         "--tokenizer", args.tokenizer or args.model_path,
         "--dataset-name", "custom", "--dataset-path", str(dataset),
-        "--sharegpt-output-len", str(args.output_len),
+        "--sharegpt-output-len", str(output_len or args.output_len),
         "--num-prompts", str(num_prompts),
         "--request-rate", "inf" if math.isinf(rate) else f"{rate:g}",
         "--warmup-requests", str(warmup),
@@ -235,11 +237,16 @@ class Run:
             f.write(json.dumps(row) + "\n")
 
 
-def http_json(url: str, payload: Optional[dict] = None, timeout: float = 30) -> dict:
+def http_request(url: str, payload: Optional[dict] = None, timeout: float = 30) -> bytes:
+    """GET, or POST ``payload`` as JSON; the response body."""
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
+        return resp.read()
+
+
+def http_json(url: str, payload: Optional[dict] = None, timeout: float = 30) -> dict:
+    return json.loads(http_request(url, payload, timeout))
 
 
 def gate_snapshot(url: str) -> Optional[dict]:
@@ -347,6 +354,66 @@ def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
         print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 
+def last_gen_throughput(url: str) -> float:
+    """The decode throughput of the scheduler's latest decode log line."""
+    states = http_json(url + "/server_info").get("internal_states") or [{}]
+    return states[0].get("last_gen_throughput", 0.0)
+
+
+def wait_for(condition, load: subprocess.Popen, timeout: float = PROFILE_WAIT_S) -> bool:
+    """Poll ``condition`` while the load runs; False on timeout or when the load ended."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline or load.poll() is not None:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def profile_decode(run: Run, config: ServerConfig, dataset: Path) -> None:
+    """Exactly C long requests at once, so after their prefill every step is a decode step at
+    batch C; profile --profile-steps of them and write profile-<config>.json."""
+    args, url, c = run.args, base_url(run.args), run.args.profile_concurrency
+    trace_dir = run.work / f"profile-{config.name}"
+    cmd = bench_command(
+        args, tag=f"{config.name},profile", dataset=dataset, output_file=run.work / "profile.jsonl",
+        num_prompts=c, concurrency=c, warmup=0, seed=args.seed,
+        output_len=args.profile_output_len, flush_cache=True,
+    )
+    if args.dry_run:
+        run.record(cmd)
+        return
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    logged = last_gen_throughput(url)
+    load = run_bench(run, cmd, f"bench-{config.name}-profile.log")
+    try:
+        # The client takes seconds to start, and all C prefills come first: wait for the
+        # scheduler's next decode log line (every --decode-log-interval steps, 40 by default),
+        # which is written only after that many decode steps.
+        if not wait_for(lambda: last_gen_throughput(url) != logged, load):
+            run.fail(f"{config.name} profile: the load never reached decode")
+            return
+        # Answers in plain text, not JSON.
+        http_request(url + "/start_profile", {"output_dir": str(trace_dir), "activities": ["GPU"],
+                                              "num_steps": args.profile_steps}, timeout=60)
+        if not wait_for(lambda: any(trace_dir.glob("*.trace.json.gz")), load):
+            run.fail(f"{config.name} profile: no trace in {trace_dir}")
+            return
+        time.sleep(2)  # the profiler may still be writing the file
+        traces = sorted(trace_dir.glob("*.trace.json.gz"))
+    finally:
+        load.terminate()
+        load.wait()
+    try:
+        summary = decode_profile.summarize_file(traces[-1], args.profile_steps)
+    except ValueError as e:
+        run.fail(f"{config.name} profile: {e}")
+        return
+    summary.update(config=config.name, concurrency=c, output_len=args.profile_output_len)
+    (run.dir / f"profile-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(decode_profile.summary_line(summary), flush=True)
+
+
 def bursty(run: Run, config: ServerConfig, dataset: Path) -> None:
     args, url = run.args, base_url(run.args)
     phases = args.bursty_phases
@@ -431,7 +498,7 @@ def prompts_needed(args: argparse.Namespace) -> int:
     closed = max((level_prompts(c, args.prompts_per_concurrency, args.min_prompts)
                   for c in args.concurrency), default=0) if "closed" in args.scenarios else 0
     burst = sum(p.num_prompts for p in args.bursty_phases) if "bursty" in args.scenarios else 0
-    return max(closed, burst)
+    return max(closed, burst, args.profile_concurrency or 0)
 
 
 def prepare_dataset(run: Run) -> Path:
@@ -503,6 +570,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--bursty-phases", type=parse_phases, default=parse_phases("2:60,32:60,2:60"),
                    help="RATE:SECONDS,... (default 2:60,32:60,2:60)")
     p.add_argument("--dataset", type=Path, help="custom JSONL (default: generate with prompts.py)")
+    p.add_argument("--profile-concurrency", type=int,
+                   help="after the load, profile decode steps at this batch size (profile-*.json)")
+    p.add_argument("--profile-steps", type=int, default=20, help="forward steps to profile")
+    p.add_argument("--profile-output-len", type=int, default=2048,
+                   help="output tokens of the profiled requests: decode must outlast the profile")
     prompts.add_arguments(p)
     p.add_argument("--seed", type=int, default=1, help="client seed (prompt order, arrivals)")
     p.add_argument("--name", default="sweep", help="results go to results/<date>-<name>/")
@@ -520,7 +592,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--thresholds: N >= 1 (0 would mean a gate that never fires)")
     if args.configs != ["plain"] and not args.draft_model_path:
         p.error("--draft-model-path is required for speculative configurations")
-    args.max_running_requests = args.max_running_requests or max(args.concurrency, default=64)
+    args.max_running_requests = args.max_running_requests or max(
+        [*args.concurrency, args.profile_concurrency or 0], default=64)
     args.cuda_graph_max_bs = args.cuda_graph_max_bs or args.max_running_requests
     if args.run_dir is None:
         args.run_dir = dated_run_dir(args.name)
@@ -550,6 +623,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     closed_loop(run, config, dataset)
                 if "bursty" in args.scenarios and args.bursty_phases:
                     bursty(run, config, dataset)
+                if args.profile_concurrency:
+                    profile_decode(run, config, dataset)
             except OSError as e:  # the server went away: go on with the next one
                 run.fail(f"{config.name}: {e}")
     if not args.dry_run:

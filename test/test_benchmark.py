@@ -19,6 +19,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 sys.path.insert(0, str(BENCH))
 
+import decode_profile  # noqa: E402
 import find_threshold  # noqa: E402
 import prompts  # noqa: E402
 import report  # noqa: E402
@@ -228,6 +229,19 @@ def test_dry_run_prints_every_command(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 
+def test_profile_runs_last_with_long_requests(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep.main(sweep_args(tmp_path, "--configs", "plain", "--concurrency", "4",
+                          "--scenarios", "closed", "--profile-concurrency", "64", "--dry-run"))
+    bench = [line for line in capsys.readouterr().out.splitlines() if "sglang.benchmark.serving" in line]
+    assert "--tag plain,c=4" in bench[0]
+    assert "--tag plain,profile" in bench[1]
+    assert "--num-prompts 64 " in bench[1] and "--max-concurrency 64" in bench[1]
+    assert "--sharegpt-output-len 2048 " in bench[1]
+    # the server must admit the profiled batch, above the largest closed-loop level
+    args = sweep.parse_args(sweep_args(tmp_path, "--concurrency", "4", "--profile-concurrency", "64"))
+    assert args.max_running_requests == 64
+
+
 def test_bursty_alone_warms_up_first(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     sweep.main(sweep_args(tmp_path, "--configs", "spec", "--scenarios", "bursty",
                           "--bursty-phases", "1:10", "--rows", "200", "--dry-run"))
@@ -360,6 +374,40 @@ def test_report_tables(run_dir: Path) -> None:
     assert "| 16 | 2,700.0 | 1,300.0 | 2,700.0 | 2,550.0 (0.94×) |" in text
     assert "| 3 / 97 | 2 |" in text  # gate steps and switches from gate.jsonl
     assert "target `/tmp/models/target`, draft `/tmp/models/draft`, 3 draft steps" in text
+    # gated / plain: 2550 / 2700 tok/s; TPOT 1000*16/2550 over 1000*16/2700
+    assert "| gate-4 | 16 | 0.944 | 1.059 |" in text
+
+
+def kernel(name: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+
+def test_decode_profile_sums_kernels_by_name_and_family(tmp_path: Path) -> None:
+    # Two steps: each runs one GEMM, one attention and one elementwise kernel (us).
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 999},  # not a kernel
+        kernel("nvjet_sm90_tst_256x128", 0, 300), kernel("_fwd_grouped_kernel_stage1", 300, 100),
+        kernel("elementwise_kernel", 400, 100),
+        kernel("nvjet_sm90_tst_256x128", 1000, 300), kernel("_fwd_grouped_kernel_stage1", 1300, 100),
+        kernel("elementwise_kernel", 1400, 100),
+    ]}
+    summary = decode_profile.summarize_trace(trace, steps=2)
+    assert summary["busy_ms_per_step"] == pytest.approx(0.5)
+    assert summary["span_ms_per_step"] == pytest.approx(0.75)
+    assert summary["gpu_busy_fraction"] == pytest.approx(2 / 3)
+    assert summary["family_ms_per_step"] == pytest.approx({"attention": 0.1, "gemm": 0.3, "other": 0.1})
+    assert summary["top_kernels"][0] == {"name": "nvjet_sm90_tst_256x128", "ms_per_step": 0.3,
+                                         "calls_per_step": 1.0}
+    with pytest.raises(ValueError, match="no GPU kernels"):
+        decode_profile.summarize_trace({"traceEvents": trace["traceEvents"][:1]}, steps=1)
+
+
+def test_report_shows_decode_profiles(run_dir: Path) -> None:
+    trace = {"traceEvents": [kernel("_fwd_kernel", 0, 800), kernel("nvjet_x", 800, 200)]}
+    summary = decode_profile.summarize_trace(trace, steps=1) | {"config": "gate-4", "concurrency": 16}
+    (run_dir / "profile-gate-4.json").write_text(json.dumps(summary))
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    assert "| gate-4 | 16 | 1.00 | 0.80 | 0.20 | 0.00 | 100% | `_fwd_kernel` 0.80 |" in text
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
