@@ -15,6 +15,7 @@ sys.path.insert(0, str(REPO / "benchmark"))
 import sweep  # noqa: E402  (the benchmark's server and /server_info helpers)
 SHAPE = os.environ.get("SPECGATE_GPU_SHAPE", "1b")
 THRESHOLD = 8
+BURST_GAP_S = 0.5
 SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 # The kit ships only Triton attention and no grammar backends (shared/gpu/README.md).
@@ -61,7 +62,10 @@ class Server:
 def ramping_load(server: Server, prompts: list[list[int]], long_tokens: int, short_tokens: int,
                  bursts: int, **sampling) -> list[dict]:
     """Four long requests run while bursts of short ones push the decode batch above the
-    threshold and drain again, so the long requests live through on->off->on switches."""
+    threshold and drain again, so the long requests live through on->off->on switches.
+
+    Raises if a long request ended before the last burst drained: the load then never
+    crossed back under the threshold with requests alive, and would prove nothing."""
     long_prompts, short_prompts = prompts[:4], prompts[4:]
     per_burst = max(1, len(short_prompts) // bursts)
     with ThreadPoolExecutor(max_workers=4 + per_burst) as pool:
@@ -69,9 +73,13 @@ def ramping_load(server: Server, prompts: list[list[int]], long_tokens: int, sho
                  for p in long_prompts]
         shorts = []
         for b in range(bursts):
-            time.sleep(1.0)
+            time.sleep(BURST_GAP_S)  # the batch stays at 4 for a while: the gate turns back on
             batch = short_prompts[b * per_burst:(b + 1) * per_burst]
             futures = [pool.submit(server.generate, p, max_new_tokens=short_tokens, **sampling)
                        for p in batch]
             shorts += [f.result() for f in futures]  # drain: the batch falls back to 4
+        time.sleep(BURST_GAP_S)
+        if any(f.done() for f in longs):
+            raise RuntimeError(f"a {long_tokens}-token request finished before the last of {bursts} "
+                               "bursts drained; raise long_tokens for this GPU and model")
         return [f.result() for f in longs] + shorts
