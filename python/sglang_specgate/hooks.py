@@ -80,9 +80,18 @@ HOOKS: tuple[Hook, ...] = (
         "decode step and owns the fast off path.",
         how="When the threshold is set and SGLang picked EAGLEWorkerV2, return "
         "GatedEAGLEWorkerV2 (a subclass); when SGLang picked any other worker, raise, so a "
-        "server asked for the gate never runs without it.",
+        "server asked for the gate never runs without it. While upstream builds the "
+        "steps-0 state, the subclass shadows two methods on their instances for that build "
+        "only: the target runner's _get_attention_backend (its backends get decode kernels "
+        "for one-token forwards, one_token_decode.py) and the draft worker's "
+        "_capture_cuda_graphs (captured with speculative_num_draft_tokens overridden to 1).",
         upstream="srt/speculative/spec_info.py:284-298 (create_worker), "
-        "speculative/eagle_worker_v2.py:1007 (EAGLEWorkerV2).",
+        "speculative/eagle_worker_v2.py:1007 (EAGLEWorkerV2), :1299-1375 "
+        "(build_adaptive_runtime_state), :339 (_capture_cuda_graphs); "
+        "model_executor/model_runner.py:1226 (_get_attention_backend); "
+        "speculative/eagle_draft_extend_cuda_graph_runner.py:133 (capture width), :285 "
+        "(can_run_graph); layers/attention/triton_backend.py (forward_decode, "
+        "init_forward_metadata*).",
         removal="When upstream's adaptive steps-0 state runs at plain-decode speed and "
         "accepts a policy object (0.5.23 AdaptiveSpecPolicy), a policy alone suffices.",
     ),
