@@ -142,3 +142,14 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_wide(plugins_
     # the stand-ins' own methods are back
     assert "_capture_cuda_graphs" not in vars(worker._draft_worker)
     assert "_get_attention_backend" not in vars(worker._target_worker.model_runner)
+
+
+def test_warns_when_upstream_skips_the_off_state_draft_extend(monkeypatch, caplog):
+    from sglang_specgate.worker import warn_if_off_state_skips_draft_extend
+
+    monkeypatch.delenv("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", raising=False)
+    assert not warn_if_off_state_skips_draft_extend()
+    assert not caplog.text
+    monkeypatch.setenv("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", "1")
+    assert warn_if_off_state_skips_draft_extend()
+    assert "stale draft KV cache" in caplog.text

@@ -18,6 +18,7 @@ import contextlib
 import logging
 from collections import deque
 
+from sglang.srt.environ import envs
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
@@ -47,6 +48,20 @@ def select_worker_class(worker_cls, algorithm, server_args):
             "--speculative-algorithm EAGLE/EAGLE3 with --speculative-eagle-topk 1."
         )
     return GatedEAGLEWorkerV2
+
+
+def warn_if_off_state_skips_draft_extend() -> bool:
+    """Upstream's SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND also applies under the gate: off steps
+    get cheaper but the draft KV cache goes stale, so say what the user traded."""
+    skipped = envs.SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND.get()
+    if skipped:
+        logger.warning(
+            "spec gate: SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1, so speculation-off steps skip "
+            "the draft extend. They run closer to plain speed, but requests that live through "
+            "an off period resume speculating against a stale draft KV cache (lower accept "
+            "length; see reenable_acceptance in /server_info). Unset it for a warm re-enable."
+        )
+    return skipped
 
 
 class GatePolicyParams:
@@ -102,6 +117,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         # state and builds the steps-0 state through build_adaptive_runtime_state.
         self.adaptive_controller = GateController(self, self.gate_params)
         self.fast_off_path = None  # known once the steps-0 state is built
+        warn_if_off_state_skips_draft_extend()
         logger.info(
             "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
             "after %d steps <= %d",
