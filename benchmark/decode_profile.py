@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 
 TOP_KERNELS = 12
 # Kernel families, by substrings of their names (Triton, FlashInfer, cuBLAS/nvjet, CUTLASS).

@@ -249,9 +249,13 @@ def http_json(url: str, payload: Optional[dict] = None, timeout: float = 30) -> 
     return json.loads(http_request(url, payload, timeout))
 
 
+def scheduler_state(url: str) -> dict:
+    """The first scheduler's internal state, as /server_info reports it."""
+    return (http_json(url + "/server_info").get("internal_states") or [{}])[0]
+
+
 def gate_snapshot(url: str) -> Optional[dict]:
-    states = http_json(url + "/server_info").get("internal_states") or [{}]
-    return states[0].get("spec_gate")
+    return scheduler_state(url).get("spec_gate")
 
 
 def reset_accept_length(run: Run, url: str) -> None:
@@ -356,8 +360,7 @@ def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
 
 def last_gen_throughput(url: str) -> float:
     """The decode throughput of the scheduler's latest decode log line."""
-    states = http_json(url + "/server_info").get("internal_states") or [{}]
-    return states[0].get("last_gen_throughput", 0.0)
+    return scheduler_state(url).get("last_gen_throughput", 0.0)
 
 
 def wait_for(condition, load: subprocess.Popen, timeout: float = PROFILE_WAIT_S) -> bool:
