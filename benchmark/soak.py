@@ -40,24 +40,44 @@ from soak_load import (OUTCOMES, PROBE_TOKENS, Load, Mix, RequestResult, Wave, c
 # --------------------------------------------------------------------------- samples
 
 
-def gpu_memory_mib() -> Optional[list[int]]:
-    """Used memory of every GPU nvidia-smi lists (MiB); None without nvidia-smi."""
+def nvidia_smi(query: str) -> Optional[list[list[str]]]:
+    """Rows of an ``nvidia-smi --query-*`` in CSV; None without nvidia-smi or on "[N/A]"."""
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30, check=True).stdout
-        return [int(x) for x in out.split()]
-    except (OSError, subprocess.SubprocessError, ValueError):  # absent, failed, "[N/A]"
+        out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
         return None
+    rows = [[field.strip() for field in line.split(",")] for line in out.splitlines() if line.strip()]
+    return None if any("N/A" in field for row in rows for field in row) else rows
 
 
-def tree_rss_mib(pid: int) -> Optional[float]:
-    """Resident memory of a process and all its descendants (SGLang's scheduler and
-    detokenizer are children of the launcher); None once the process is gone."""
+def gpu_memory_mib() -> Optional[list[int]]:
+    """Used memory of every GPU nvidia-smi lists (MiB), whoever uses it."""
+    rows = nvidia_smi("--query-gpu=memory.used")
+    return None if rows is None else [int(row[0]) for row in rows]
+
+
+def server_gpu_memory_mib(pids: set[int]) -> Optional[int]:
+    """GPU memory of these processes (MiB), so that other tenants of the GPUs do not count;
+    None where nvidia-smi shows none of them (in a container it may list host PIDs)."""
+    rows = nvidia_smi("--query-compute-apps=pid,used_memory") or []
+    used = [int(mib) for pid, mib in rows if int(pid) in pids]
+    return sum(used) if used else None
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants (SGLang's scheduler and detokenizer are children of
+    the launcher); empty once the process is gone."""
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        return [root, *root.children(recursive=True)]
     except psutil.Error:
+        return []
+
+
+def tree_rss_mib(procs: list[psutil.Process]) -> Optional[float]:
+    """Resident memory of these processes; None when there are none."""
+    if not procs:
         return None
     total = 0
     for proc in procs:
@@ -79,11 +99,13 @@ def listening_pid(url: str) -> Optional[int]:
 
 def take_sample(url: str, pid: Optional[int], t: float, load: Load) -> dict:
     gpus = gpu_memory_mib()
+    tree = [] if pid is None else process_tree(pid)
     sample = {
         "t": round(t, 2), "time": datetime.datetime.now().isoformat(timespec="seconds"),
         "target": load.target, "in_flight": load.in_flight, "outcomes": dict(load.counts),
         "gpu_memory_mib": None if gpus is None else sum(gpus), "gpu_memory_mib_per_gpu": gpus,
-        "host_rss_mib": None if pid is None else tree_rss_mib(pid),
+        "server_gpu_memory_mib": server_gpu_memory_mib({p.pid for p in tree}) if tree else None,
+        "host_rss_mib": tree_rss_mib(tree),
         "gate": None, "server_info_error": None,
     }
     try:
@@ -117,7 +139,7 @@ def jsonl(f: TextIO) -> Callable[[dict], None]:
 
 def memory_stats(samples: list[dict], key: str, warmup: float) -> Optional[dict]:
     """First, last and largest value after the warm-up, and their growth over the first."""
-    values = [s[key] for s in samples if s["t"] >= warmup and s[key] is not None]
+    values = [s[key] for s in samples if s["t"] >= warmup and s.get(key) is not None]
     if len(values) < 2 or values[0] <= 0:
         return None
     first, last, peak = values[0], values[-1], max(values)
@@ -130,11 +152,22 @@ def criterion(name: str, ok: Optional[bool], detail: str) -> dict:
     return {"name": name, "status": status, "detail": detail}
 
 
+def gpu_memory_stats(samples: list[dict], warmup: float) -> Optional[dict]:
+    """The server's own GPU memory where nvidia-smi attributes it to the server's processes,
+    else everything used on the GPUs (then another tenant's memory counts too)."""
+    for key, scope in (("server_gpu_memory_mib", "server processes"), ("gpu_memory_mib", "whole GPUs")):
+        stats = memory_stats(samples, key, warmup)
+        if stats is not None:
+            return {"scope": scope, **stats}
+    return None
+
+
 def memory_criterion(name: str, stats: Optional[dict], limit: float) -> dict:
     if stats is None:
         return criterion(name, None, "not measured, or fewer than 2 samples after the warm-up")
+    scope = f" ({stats['scope']})" if "scope" in stats else ""
     return criterion(name, stats["max_growth"] <= limit,
-                     f"{stats['first']:.0f} -> {stats['last']:.0f} MiB, largest growth "
+                     f"{stats['first']:.0f} -> {stats['last']:.0f} MiB{scope}, largest growth "
                      f"{stats['max_growth']:+.2%} (limit {limit:.0%})")
 
 
@@ -150,7 +183,7 @@ def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, s
     gates = [s["gate"] for s in samples if s["gate"]]
     gate = None if not gates else {"before": gates[0], "after": gates[-1],
                                    "delta": sweep.gate_delta(gates[0], gates[-1])}
-    memory = {"warmup_s": warmup, "gpu_mib": memory_stats(samples, "gpu_memory_mib", warmup),
+    memory = {"warmup_s": warmup, "gpu_mib": gpu_memory_stats(samples, warmup),
               "host_rss_mib": memory_stats(samples, "host_rss_mib", warmup)}
     switches = None if gate is None else gate["delta"]["switches"]
     criteria = [

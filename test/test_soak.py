@@ -321,7 +321,7 @@ def test_verdict_passes_with_flat_memory() -> None:
     assert v["requests"] == {"total": 100, **COUNTS}
     assert v["gate"]["delta"] == {"decode_steps_spec": 80, "decode_steps_plain": 160,
                                   "switches": 8}
-    assert v["memory"]["gpu_mib"] == {"samples": 4, "first": 1000, "last": 1005, "max": 1010,
+    assert v["memory"]["gpu_mib"] == {"scope": "whole GPUs", "samples": 4, "first": 1000, "last": 1005, "max": 1010,
                                       "growth": pytest.approx(0.005),
                                       "max_growth": pytest.approx(0.01)}
     assert [c["status"] for c in v["criteria"]] == ["pass"] * 8
@@ -338,7 +338,17 @@ def test_verdict_fails_on_each_criterion() -> None:
                       "requests completed": "fail", "gate switched": "fail",
                       "GPU memory": "fail", "host memory": "pass"}
     detail = {c["name"]: c["detail"] for c in v["criteria"]}
-    assert detail["GPU memory"] == "1000 -> 1100 MiB, largest growth +10.00% (limit 2%)"
+    assert detail["GPU memory"] == "1000 -> 1100 MiB (whole GPUs), largest growth +10.00% (limit 2%)"
+
+
+def test_verdict_judges_the_servers_own_gpu_memory_where_known() -> None:
+    # Another tenant of the GPU started mid-soak: the device total grew, the server did not.
+    rows = samples([1000, 1000, 1000, 5000, 5000, 5000], [300] * 6, [0, 1, 3, 5, 6, 8])
+    for row in rows:
+        row["server_gpu_memory_mib"] = 900
+    v = judge(COUNTS, rows)
+    assert v["passed"], v["criteria"]
+    assert v["memory"]["gpu_mib"]["scope"] == "server processes"
 
 
 def test_verdict_skips_what_was_not_measured() -> None:

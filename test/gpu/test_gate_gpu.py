@@ -45,8 +45,13 @@ def greedy_run(server) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def greedy_outputs(start_server, gated):
-    outputs = {"gated": greedy_run(gated)}
+def gated_greedy(gated) -> list[list[int]]:
+    return greedy_run(gated)
+
+
+@pytest.fixture(scope="module")
+def greedy_outputs(start_server, gated_greedy):
+    outputs = {"gated": gated_greedy}
     for name, spec in (("plain", False), ("spec", True)):
         server = start_server(name, spec=spec)
         try:
@@ -63,7 +68,7 @@ def test_greedy_outputs_identical(greedy_outputs):
         assert not mismatched, f"{name} differs from plain on requests {mismatched[:10]}"
 
 
-def test_gate_switched_during_the_run(greedy_outputs, gated):
+def test_gate_switched_during_the_run(gated_greedy, gated):
     state = gated.gate_state()
     assert state["fast_off_path"] is True
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
@@ -97,8 +102,8 @@ def test_prometheus_metrics(sampled_results, gated):
 
 
 @pytest.mark.skipif("torch.cuda.device_count() < 2")
-def test_tensor_parallel_matches_single_gpu(start_server, greedy_outputs):
+def test_tensor_parallel_matches_single_gpu(start_server, gated_greedy):
     tp2 = start_server("gated-tp2", spec=True, tp=2, extra=(
         "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
-    assert greedy_run(tp2) == greedy_outputs["gated"]
+    assert greedy_run(tp2) == gated_greedy
     assert tp2.gate_state()["switches"] >= 2
