@@ -111,13 +111,14 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_wide(plugins_
     (eagle_worker_v2.py:1313-1321). Both need a GPU, so stand-ins play them here; the
     server args are SGLang's real, resolved ones, whose width the capture reads."""
     from sglang.srt.server_args import prepare_server_args
+    from test_kv_only_draft import draft as kv_trimmable_draft
 
     server_args = prepare_server_args(eagle_argv + ["--speculative-disable-batch-threshold", "8"])
     backend_class = type("TritonAttnBackend", (), {})  # stands in for the verified backend
     seen_widths = []
 
     class DraftWorker:
-        draft_runner = type("DraftRunner", (), {"server_args": server_args})()
+        draft_runner = type("DraftRunner", (), {"server_args": server_args, "model": kv_trimmable_draft()})()
         draft_extend_attn_backend = backend_class()
 
         def _capture_cuda_graphs(self):
@@ -137,6 +138,7 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_wide(plugins_
     assert seen_widths == [1]
     assert server_args.speculative_num_draft_tokens == 4  # restored for the speculative state
     assert worker.fast_off_path is True
+    assert worker.off_draft_extend == "kv-only"
     for backend in (target_backend, worker._draft_worker.draft_extend_attn_backend):
         assert type(backend).__name__ == "OneTokenDecodeTritonAttnBackend"
     # the stand-ins' own methods are back

@@ -6,7 +6,8 @@ adaptive "steps 0" runtime state (a one-token verify plus a one-token draft exte
 the draft KV cache current, so re-enabling is warm), changed in two ways while it is built:
 its attention backends answer those one-token forwards with their decode kernels
 (one_token_decode.py; upstream runs them through prefill-style kernels, most of its steps-0
-cost), and its draft extend is captured as a CUDA graph one token wide, the width it runs at.
+cost), and its draft extend is captured as a CUDA graph one token wide, the width it runs at,
+that only writes the draft's KV cache (kv_only_draft.py).
 Switching is upstream's ``AdaptiveController`` swapping pre-captured runtime states, driven by
 our policy instead of its acceptance EMA. What the off state still costs against a plain
 server: benchmark/results/2026-11-30-offpath-8b.
@@ -23,6 +24,7 @@ from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
+from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.one_token_decode import use_decode_kernels
 from sglang_specgate.policy import SpecGatePolicy
@@ -117,7 +119,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         # state and builds the steps-0 state through build_adaptive_runtime_state.
         self.adaptive_controller = GateController(self, self.gate_params)
         self.fast_off_path = None  # known once the steps-0 state is built
-        warn_if_off_state_skips_draft_extend()
+        self.off_draft_extend = None  # "kv-only" or "full", known then too
+        self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
         logger.info(
             "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
             "after %d steps <= %d",
@@ -132,6 +135,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         return {
             **self.gate.snapshot(),
             "fast_off_path": self.fast_off_path,
+            "off_draft_extend": "skipped" if self.skips_off_draft_extend else self.off_draft_extend,
             "reenable_acceptance": self.gate_params.reenable_acceptance.snapshot(),
         }
 
@@ -176,7 +180,9 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             width = server_args.speculative_num_draft_tokens
             server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=1)
             try:
-                capture_draft_graphs()
+                with kv_only_draft_forward(draft_worker.draft_runner.model) as kv_only:
+                    capture_draft_graphs()
+                self.off_draft_extend = "kv-only" if kv_only else "full"
             finally:
                 server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=width)
 

@@ -71,6 +71,7 @@ def test_greedy_outputs_identical(greedy_outputs):
 def test_gate_switched_during_the_run(gated_greedy, gated):
     state = gated.gate_state()
     assert state["fast_off_path"] is True
+    assert state["off_draft_extend"] == "kv-only"
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
     assert state["decode_steps_spec"] > 0 and state["decode_steps_plain"] > 0
     # Warm re-enable: the draft KV and hidden state were kept current while off, so

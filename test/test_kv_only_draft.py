@@ -1,0 +1,86 @@
+"""The off state's draft-extend graph is captured without the last MLP and the lm_head GEMM.
+
+Building SGLang's EAGLE-3 draft needs a GPU and its distributed state, so a stand-in with the
+same attribute layout (model.layers[-1].mlp, lm_head.weight, logits_processor._compute_lm_head)
+plays it here; test/gpu runs the real one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sglang.srt.layers.logits_processor import LogitsProcessor
+
+from sglang_specgate.kv_only_draft import kv_only_draft_forward, supports_kv_only
+
+HIDDEN, VOCAB_SHARD = 8, 24
+
+
+class Head(torch.nn.Module):
+    def __init__(self, quant_method=None):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(VOCAB_SHARD, HIDDEN, dtype=torch.bfloat16))
+        self.quant_method = quant_method
+
+
+class Processor:
+    use_fp32_lm_head = False
+    _compute_lm_head = LogitsProcessor._compute_lm_head  # the upstream method being shadowed
+
+
+def draft(head=None):
+    layer = torch.nn.Module()
+    layer.mlp = torch.nn.Linear(HIDDEN, HIDDEN)
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    model.model.layers = torch.nn.ModuleList([torch.nn.Module(), layer])
+    model.lm_head = head or Head()
+    model.logits_processor = Processor()
+    return model
+
+
+def test_skips_the_last_mlp_and_the_lm_head_gemm_while_capturing():
+    model = draft()
+    mlp = model.model.layers[-1].mlp
+    hidden = torch.randn(5, HIDDEN, dtype=torch.bfloat16)
+    with kv_only_draft_forward(model) as kv_only:
+        assert kv_only
+        assert isinstance(model.model.layers[-1].mlp, torch.nn.Identity)
+        assert model.model.layers[0] is not model.model.layers[-1]  # earlier layers untouched
+        logits = model.logits_processor._compute_lm_head(hidden, model.lm_head)
+        assert logits.shape == (5, VOCAB_SHARD) and logits.dtype == torch.bfloat16
+        assert not logits.any()
+    assert model.model.layers[-1].mlp is mlp
+    assert "_compute_lm_head" not in vars(model.logits_processor)
+
+
+def test_restores_the_model_when_capture_fails():
+    model = draft()
+    mlp = model.model.layers[-1].mlp
+    with pytest.raises(RuntimeError):
+        with kv_only_draft_forward(model):
+            raise RuntimeError("capture failed")
+    assert model.model.layers[-1].mlp is mlp
+    assert "_compute_lm_head" not in vars(model.logits_processor)
+
+
+class PackedInt4:
+    """A quantized head's method: its weight is packed, so the GEMM's shape is not its shape."""
+
+    def apply(self, layer, x, bias=None):
+        raise AssertionError("not called")
+
+
+class UnquantizedEmbeddingMethod:  # upstream's name for a plain head's method
+    def apply(self, layer, x, bias=None):
+        raise AssertionError("not called")
+
+
+def test_keeps_the_full_forward_for_drafts_it_cannot_trim(caplog):
+    lora_head = Head()
+    lora_head.apply_lora = lambda *a: None
+    for model in (torch.nn.Module(), draft(Head(PackedInt4())), draft(lora_head)):
+        assert not supports_kv_only(model)
+        with kv_only_draft_forward(model) as kv_only:
+            assert not kv_only
+    assert "keeps the full one-token draft extend" in caplog.text
+    assert supports_kv_only(draft(Head(UnquantizedEmbeddingMethod())))
