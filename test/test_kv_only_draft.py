@@ -84,3 +84,44 @@ def test_keeps_the_full_forward_for_drafts_it_cannot_trim(caplog):
             assert not kv_only
     assert "keeps the full one-token draft extend" in caplog.text
     assert supports_kv_only(draft(Head(UnquantizedEmbeddingMethod())))
+
+
+REAL_DRAFT = """
+import json, sys, types
+# On a machine without CUDA, SGLang's rotary embedding imports vLLM's CPU kernel, which is
+# not installed here and never called while building the module: a stand-in name suffices.
+sys.modules["vllm"] = types.ModuleType("vllm")
+sys.modules["vllm._custom_ops"] = types.SimpleNamespace(rotary_embedding=None)
+from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
+from sglang.srt.plugins import load_plugins
+from sglang.srt.runtime_context import publish
+from sglang.srt.server_args import prepare_server_args
+from transformers import AutoConfig
+
+load_plugins()
+args = prepare_server_args(json.loads(sys.argv[1]))
+publish(args, role="test")
+init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                             distributed_init_method="tcp://127.0.0.1:" + sys.argv[3])
+initialize_model_parallel(1)
+from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
+from sglang_specgate.kv_only_draft import supports_kv_only
+draft = LlamaForCausalLMEagle3(AutoConfig.from_pretrained(sys.argv[2]))
+print("supports", supports_kv_only(draft), type(draft.model.layers[-1].mlp).__name__)
+"""
+
+
+def test_sglangs_eagle3_draft_has_what_the_trim_replaces(eagle_argv, model_dirs):
+    # Built on the CPU in a fresh process (it needs SGLang's process-wide config and a
+    # one-rank process group): catches an upstream rename of the MLP or the lm_head path.
+    import json
+    import socket
+
+    from fresh_process import run_python
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run_python(["-c", REAL_DRAFT, json.dumps(eagle_argv), model_dirs[1], str(port)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "supports True LlamaMLP" in result.stdout
