@@ -93,7 +93,10 @@ class Mix:
             max_new = rng.choice(self.output_lens)
             abort = max_new > 1 and rng.random() < self.abort_fraction
             yield RequestPlan(
-                id=i, rid=f"{rid_prefix}-{i}",
+                # SGLang aborts every request whose rid *starts with* the aborted one's
+                # (scheduler.py abort_request, for n > 1's suffixed rids): "x-1" would take
+                # "x-10" down with it, so the rids are prefix-free.
+                id=i, rid=f"{rid_prefix}-{i}.",
                 prompt_ids=[rng.randrange(FIRST_PROMPT_ID, self.vocab_size)
                             for _ in range(rng.choice(self.prompt_lens))],
                 max_new_tokens=max_new,

@@ -171,7 +171,9 @@ def test_plans_are_mixed_and_reproducible() -> None:
     assert 0.2 < len(aborted) / len(plans) < 0.4
     assert all(1 <= p.abort_at < p.max_new_tokens for p in aborted)
     assert 0.4 < sum(p.sampled for p in plans) / len(plans) < 0.6
-    assert len({p.rid for p in plans}) == 400
+    rids = sorted(p.rid for p in plans) + ["s-probe"]  # probe()'s rid
+    # A client abort must not abort another request: SGLang matches rids by prefix.
+    assert not any(b.startswith(a) for a, b in zip(rids, rids[1:]))
     body = plans[0].body()
     assert body["stream"] and body["sampling_params"]["ignore_eos"]
     assert body["sampling_params"]["max_new_tokens"] == plans[0].max_new_tokens

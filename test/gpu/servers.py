@@ -22,7 +22,7 @@ SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3
 COMMON_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
                 "--grammar-backend", "none", "--max-running-requests", "64",
                 "--cuda-graph-max-bs", "64",
-                # Two servers can share GPU 0 (gated TP=1 stays up while TP=2 starts).
+                # The gated server stays up while plain and spec run beside it on GPU 0.
                 "--mem-fraction-static", "0.4"]
 
 
