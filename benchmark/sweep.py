@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+import decode_log
 import decode_profile
 import prompts
 
@@ -350,11 +351,14 @@ def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
             continue
         reset_accept_length(run, url)
         before = gate_snapshot(url)
+        server_log = run.logs / f"server-{config.name}.log"
+        log_offset = server_log.stat().st_size
         if run_bench(run, cmd, f"bench-{config.name}-c{c}.log").wait() != 0:
             run.fail(f"{tag} (see logs/bench-{config.name}-c{c}.log)")
             continue
         after = gate_snapshot(url)
-        run.gate_row(tag, config.name, before, after, max_concurrency=c)
+        steady = decode_log.steady_throughput(decode_log.read_from(server_log, log_offset), c)
+        run.gate_row(tag, config.name, before, after, max_concurrency=c, steady_decode=steady)
         print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 

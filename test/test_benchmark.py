@@ -19,6 +19,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 sys.path.insert(0, str(BENCH))
 
+import decode_log  # noqa: E402
 import decode_profile  # noqa: E402
 import find_threshold  # noqa: E402
 import prompts  # noqa: E402
@@ -332,8 +333,11 @@ def run_dir(tmp_path: Path) -> Path:
         {"tag": f"gate-4,c={c}", "config": "gate-4", "max_concurrency": c,
          "before": {}, "after": {},
          "delta": {"decode_steps_spec": 100 if c <= 4 else 3, "decode_steps_plain":
-                   0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2}}
+                   0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2},
+         "steady_decode": {"lines": 9, "median_tok_s": 2880.0} if c == 16 else None}
         for c in GATE
+    ] + [{"tag": "plain,c=16", "config": "plain", "max_concurrency": 16, "before": None,
+          "after": None, "delta": None, "steady_decode": {"lines": 9, "median_tok_s": 3000.0}}
     ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
           "after": {}, "delta": {"decode_steps_spec": 50, "decode_steps_plain": 60,
                                  "switches": 4}}])
@@ -375,7 +379,25 @@ def test_report_tables(run_dir: Path) -> None:
     assert "| 3 / 97 | 2 |" in text  # gate steps and switches from gate.jsonl
     assert "target `/tmp/models/target`, draft `/tmp/models/draft`, 3 draft steps" in text
     # gated / plain: 2550 / 2700 tok/s; TPOT 1000*16/2550 over 1000*16/2700
-    assert "| gate-4 | 16 | 0.944 | 1.059 |" in text
+    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 |" in text  # steady decode: 2880 / 3000
+    assert "| gate-4 | 8 | 0.987 | 1.014 | – |" in text  # no steady-state lines recorded
+
+
+def test_steady_decode_throughput_from_the_scheduler_log(tmp_path: Path) -> None:
+    def line(running: int, tok_s: float) -> str:  # SGLang 0.5.17's decode log line
+        return (f"[2026-11-30 16:11:20] Decode batch, #running-req: {running}, #token: 12494, "
+                f"token usage: 0.01, accept len: 1.00, accept rate: 0.00, cuda graph: True, "
+                f"gen throughput (token/s): {tok_s}, #queue-req: 0\n")
+    earlier = line(64, 1.0)  # another level's line, before the offset
+    text = "".join([line(20, 500.0), line(58, 8000.0), line(64, 9000.0), line(60, 8500.0),
+                    "[2026-11-30 16:11:20] Prefill batch, #new-seq: 1\n", line(40, 6000.0)])
+    log = tmp_path / "server.log"
+    log.write_text(earlier + text)
+    level = decode_log.read_from(log, len(earlier))
+    assert level == text
+    # 58, 64 and 60 are >= 90 % of 64; the ramp-up (20) and the drain (40) are not.
+    assert decode_log.steady_throughput(level, 64) == {"lines": 3, "median_tok_s": 8500.0}
+    assert decode_log.steady_throughput(level, 128) is None
 
 
 def kernel(name: str, ts: float, dur: float) -> dict:
