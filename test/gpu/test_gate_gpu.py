@@ -7,6 +7,7 @@ threshold while long requests are running, so their lifetimes span gate switches
 
 from __future__ import annotations
 
+import json
 import os
 import random
 
@@ -70,6 +71,7 @@ def test_greedy_outputs_identical(greedy_outputs):
 
 def test_gate_switched_during_the_run(gated_greedy, gated):
     state = gated.gate_state()
+    print("gate state after the greedy run:", json.dumps(state))  # the figures, with -s
     assert state["fast_off_path"] is True
     assert state["off_draft_extend"] == "kv-only"
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
