@@ -130,6 +130,16 @@ class Design:
     def dims(self) -> dict:
         return SHAPES[self.shape]
 
+    def continuation(self, last_token: int, length: int) -> list[int]:
+        """The target's greedy output after a prompt ending in ``last_token``: the walk from its
+        coordinate (the residual stream is the current token's embedding alone, so nothing
+        earlier in the prompt counts). Any server of the pair, speculative or not, must emit it."""
+        out, c = [], int(self.coord[last_token])
+        for _ in range(length):
+            c = int(self.nxt[c])
+            out.append(int(self.walk_tokens[c]))
+        return out
+
     def summary(self) -> dict:
         n = len(self.nxt)
         order, c = [], 0

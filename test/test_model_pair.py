@@ -78,6 +78,17 @@ def test_target_maps_every_token(pairs, walk_run):
     assert not torch.isin(logits.argmax(-1), torch.arange(mp.NUM_SPECIAL)).any()
 
 
+def test_continuation_is_the_targets_greedy_output(walk_run):
+    # What the GPU tests hold every server's greedy output to.
+    model = walk_run[0]
+    design = mp.make_design("tiny", SETTINGS[0], SEED)
+    prompt = torch.tensor([[5, 900, 31999, 17]])
+    with torch.no_grad():
+        generated = model.generate(prompt, max_new_tokens=12, do_sample=False,
+                                   attention_mask=torch.ones_like(prompt))
+    assert generated[0, prompt.shape[1]:].tolist() == design.continuation(17, 12)
+
+
 def test_aux_hidden_states_are_the_embedding(walk_run):
     """SGLang captures hidden + residual at the input of layers [2, L//2, L-3]
     (models/llama.py:435-437, 885-892), i.e. transformers' hidden_states[i] for those i."""

@@ -13,21 +13,40 @@ from pathlib import Path
 
 import pytest
 
-from servers import REPO, SHAPE, SPEC_FLAGS, Server
+from servers import REPO, SHAPE, SPEC_FLAGS, Server  # first: it puts benchmark/ on sys.path
+
+from model_pair import Design, make_design  # noqa: E402
+
+ACCEPT_LENGTH, SEED = 2.2, 0
 
 
 @pytest.fixture(scope="session")
 def model_pair(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("pair")
     subprocess.run([sys.executable, str(REPO / "benchmark" / "model_pair.py"), str(root),
-                    "--shape", SHAPE, "--accept-length", "2.2", "--device", "cuda"], check=True)
+                    "--shape", SHAPE, "--accept-length", str(ACCEPT_LENGTH), "--seed", str(SEED),
+                    "--device", "cuda"], check=True)
     return root
 
 
 @pytest.fixture(scope="session")
-def start_server(model_pair, tmp_path_factory):
+def design() -> Design:
+    """The pair's language, drawn on the CPU from the seed: what every server must emit greedily."""
+    return make_design(SHAPE, ACCEPT_LENGTH, SEED)
+
+
+@pytest.fixture(scope="session")
+def servers() -> list[Server]:
+    """Every server the tests started; all are stopped at the end (stopping twice is harmless)."""
+    started: list[Server] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def start_server(model_pair, servers, tmp_path_factory):
     log_dir = Path(os.environ.get("SPECGATE_GPU_LOGS", tmp_path_factory.mktemp("logs")))
-    servers = []
 
     def start(name: str, *, spec: bool, extra: tuple[str, ...] = (), tp: int = 1) -> Server:
         argv = ["--model-path", str(model_pair / "target")]
@@ -37,8 +56,4 @@ def start_server(model_pair, tmp_path_factory):
         servers.append(server)
         return server
 
-    yield start
-    for server in servers:
-        server.stop()
-
-
+    return start

@@ -1,8 +1,9 @@
 """The gate on a real GPU through real SGLang (short forms of the issue-3 acceptance checks).
 
-Greedy decoding on the generated pair is exact (its logits are separated by ~sqrt(hidden)),
-so plain, always-on and gated servers must agree token for token; the load ramps across the
-threshold while long requests are running, so their lifetimes span gate switches.
+Greedy decoding on the generated pair is exact (its logits are separated by ~sqrt(hidden)) and
+known in advance (the pair's walk, model_pair.Design.continuation), so plain, always-on, gated
+and TP=2 gated servers must each emit it token for token, hence agree with each other; the load
+ramps across the threshold while long requests are running, so their lifetimes span gate switches.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ N_PROMPTS = 4 + BURSTS * 20
 # The long requests must outlive every burst (ramping_load checks): ~0.6 s of bursts and gaps
 # each on an H200 with the 1B pair, while speculation emits ~2 tokens per step.
 LONG_TOKENS = min(7000, 1000 + 600 * BURSTS)
+SHORT_TOKENS = 48
 
 
 def prompts(seed: int = 0) -> list[list[int]]:
@@ -40,9 +42,22 @@ def gated(start_server):
 
 
 def greedy_run(server) -> list[list[int]]:
-    results = ramping_load(server, prompts(), long_tokens=LONG_TOKENS, short_tokens=48, bursts=BURSTS,
-                           temperature=0.0, ignore_eos=True)
+    results = ramping_load(server, prompts(), long_tokens=LONG_TOKENS, short_tokens=SHORT_TOKENS,
+                           bursts=BURSTS, temperature=0.0, ignore_eos=True)
     return [r["output_ids"] for r in results]
+
+
+@pytest.fixture(scope="module")
+def designed_greedy(design) -> list[list[int]]:
+    """What greedy_run must return: each prompt's continuation along the pair's walk, in the
+    order ramping_load returns them (the four long requests first)."""
+    return [design.continuation(p[-1], LONG_TOKENS if i < 4 else SHORT_TOKENS)
+            for i, p in enumerate(prompts())]
+
+
+def mismatches(outputs: list[list[int]], expected: list[list[int]]) -> list[int]:
+    assert len(outputs) == len(expected) == N_PROMPTS
+    return [i for i, (a, b) in enumerate(zip(outputs, expected)) if a != b]
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +77,12 @@ def greedy_outputs(start_server, gated_greedy):
     return outputs
 
 
-def test_greedy_outputs_identical(greedy_outputs):
-    assert len(greedy_outputs["plain"]) == N_PROMPTS
-    for name in ("spec", "gated"):
-        mismatched = [i for i, (a, b) in enumerate(zip(greedy_outputs["plain"], greedy_outputs[name])) if a != b]
-        assert not mismatched, f"{name} differs from plain on requests {mismatched[:10]}"
+def test_greedy_outputs_identical(greedy_outputs, designed_greedy):
+    # Each server against the pair's designed output, which makes them identical to each other
+    # and to the TP=2 server of the last test.
+    for name, outputs in greedy_outputs.items():
+        mismatched = mismatches(outputs, designed_greedy)
+        assert not mismatched, f"{name} differs from the designed output on requests {mismatched[:10]}"
 
 
 def test_gate_switched_during_the_run(gated_greedy, gated):
@@ -105,12 +121,14 @@ def test_prometheus_metrics(sampled_results, gated):
 
 
 @pytest.mark.skipif("torch.cuda.device_count() < 2")
-def test_tensor_parallel_matches_single_gpu(start_server, gated, gated_greedy):
-    # SGLang refuses a TP group whose GPUs have unequal free memory ("The memory capacity is
-    # unbalanced", distributed/bootstrap.py), so the TP=1 server on GPU 0 goes first; this is
-    # the module's last test.
-    gated.stop()
+def test_tensor_parallel_matches_single_gpu(start_server, servers, designed_greedy):
+    # Same designed output as the TP=1 servers above. SGLang refuses a TP group whose GPUs have
+    # unequal free memory ("The memory capacity is unbalanced", distributed/bootstrap.py), so
+    # whatever this module started on GPU 0 goes first.
+    for server in servers:
+        server.stop()
     tp2 = start_server("gated-tp2", spec=True, tp=2, extra=(
         "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
-    assert greedy_run(tp2) == gated_greedy
+    mismatched = mismatches(greedy_run(tp2), designed_greedy)
+    assert not mismatched, f"TP=2 differs from the designed output on requests {mismatched[:10]}"
     assert tp2.gate_state()["switches"] >= 2
