@@ -3,7 +3,9 @@
 For each server configuration the sweep starts ``sglang.launch_server`` once, then runs
 ``sglang.benchmark.serving`` (SGLang's own client, whose JSONL rows are the raw results):
 
-* closed loop: ``--max-concurrency C --request-rate inf`` for each C, ``max(k*C, min)`` prompts;
+* closed loop: ``--max-concurrency C --request-rate inf`` for each C, ``max(k*C, min)`` prompts,
+  the levels one after another in one client process (``serving_session.py``: the client's
+  imports take longer than a level);
 * bursty: Poisson arrivals whose rate alternates between phases (default 60 s at 2 req/s,
   60 s at 32 req/s, 60 s at 2 req/s). 0.5.17's client has one rate per run (only the mooncake
   trace replays timestamps, with synthetic prompts), so each phase is its own client process,
@@ -42,6 +44,7 @@ from typing import Iterator, Optional
 import decode_log
 import decode_profile
 import prompts
+import serving_session
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate")
@@ -167,7 +170,7 @@ def bench_command(args: argparse.Namespace, *, tag: str, dataset: Path, output_f
                   rate: float = math.inf, seed: int = 1, details: bool = False,
                   flush_cache: bool = False, output_len: Optional[int] = None) -> list[str]:
     cmd = [
-        sys.executable, "-m", "sglang.benchmark.serving",
+        sys.executable, "-m", serving_session.PROGRAM,
         "--backend", "sglang", "--base-url", base_url(args),
         "--tokenizer", args.tokenizer or args.model_path,
         "--dataset-name", "custom", "--dataset-path", str(dataset),
@@ -328,38 +331,52 @@ def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
         pass  # the whole group has exited
 
 
-def run_bench(run: Run, cmd: list[str], log_name: str) -> subprocess.Popen:
-    run.record(cmd)
+def client_env() -> dict[str, str]:
     # SGLANG_IS_IN_CI makes the client flush the cache after warm-up, which fails while
     # another client's requests are in flight (overlapping bursty phases).
-    env = {k: v for k, v in os.environ.items() if k != "SGLANG_IS_IN_CI"}
+    return {k: v for k, v in os.environ.items() if k != "SGLANG_IS_IN_CI"}
+
+
+def run_bench(run: Run, cmd: list[str], log_name: str) -> subprocess.Popen:
+    run.record(cmd)
     with open(run.logs / log_name, "ab") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=client_env())
 
 
 def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
     args, url = run.args, base_url(run.args)
-    for c in args.concurrency:
-        tag = f"{config.name},c={c}"
-        cmd = bench_command(
-            args, tag=tag, dataset=dataset, output_file=run.dir / "raw.jsonl",
-            num_prompts=level_prompts(c, args.prompts_per_concurrency, args.min_prompts),
-            concurrency=c, warmup=c, seed=args.seed, flush_cache=True,
-        )
-        if args.dry_run:
+    levels = [(c, bench_command(
+        args, tag=f"{config.name},c={c}", dataset=dataset, output_file=run.dir / "raw.jsonl",
+        num_prompts=level_prompts(c, args.prompts_per_concurrency, args.min_prompts),
+        concurrency=c, warmup=c, seed=args.seed, flush_cache=True,
+    )) for c in args.concurrency]
+    if args.dry_run:
+        for _, cmd in levels:
             run.record(cmd)
-            continue
-        reset_accept_length(run, url)
-        before = gate_snapshot(url)
-        server_log = run.logs / f"server-{config.name}.log"
-        log_offset = server_log.stat().st_size
-        if run_bench(run, cmd, f"bench-{config.name}-c{c}.log").wait() != 0:
-            run.fail(f"{tag} (see logs/bench-{config.name}-c{c}.log)")
-            continue
-        after = gate_snapshot(url)
-        steady = decode_log.steady_throughput(decode_log.read_from(server_log, log_offset), c)
-        run.gate_row(tag, config.name, before, after, max_concurrency=c, steady_decode=steady)
-        print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
+        return
+    run.note("# the levels below run one after another in one client process "
+             "(serving_session.py: the same entry point, imported once)")
+    with serving_session.Session(run.logs / f"bench-{config.name}-session.log",
+                                 env=client_env()) as client:
+        for c, cmd in levels:
+            closed_level(run, config, client, c, cmd)
+
+
+def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
+                 cmd: list[str]) -> None:
+    url, tag = base_url(run.args), f"{config.name},c={c}"
+    run.record(cmd)
+    reset_accept_length(run, url)
+    before = gate_snapshot(url)
+    server_log = run.logs / f"server-{config.name}.log"
+    log_offset = server_log.stat().st_size
+    if client.run(serving_session.arguments_of(cmd), run.logs / f"bench-{config.name}-c{c}.log") != 0:
+        run.fail(f"{tag} (see logs/bench-{config.name}-c{c}.log)")
+        return
+    after = gate_snapshot(url)
+    steady = decode_log.steady_throughput(decode_log.read_from(server_log, log_offset), c)
+    run.gate_row(tag, config.name, before, after, max_concurrency=c, steady_decode=steady)
+    print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 
 def last_gen_throughput(url: str) -> float:

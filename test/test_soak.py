@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import pytest
+from threaded_server import serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
 
@@ -125,12 +126,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def fake() -> Iterator[FakeSGLang]:
-    server = FakeSGLang()
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(FakeSGLang()) as server:
+        yield server
 
 
 def plan(max_new: int = 12, abort_at: Optional[int] = None, rid: str = "r") -> RequestPlan:
