@@ -213,8 +213,7 @@ def versus_plain_table(res: Results) -> str:
     for name in res.gated():
         for c in sorted(plain.keys() & res.closed[name].keys()):
             gated, base = res.closed[name][c], plain[c]
-            steady = [(res.gate.get(f"{config},c={c}") or {}).get("steady_decode")
-                      for config in (name, "plain")]
+            steady = [res.gate.get(row["tag"], {}).get("steady_decode") for row in (gated, base)]
             steady_ratio = (steady[0]["median_tok_s"] / steady[1]["median_tok_s"]
                             if all(steady) else None)
             rows.append([name, str(c), fmt(gated["output_throughput"] / base["output_throughput"], 3),

@@ -343,28 +343,35 @@ def run_bench(run: Run, cmd: list[str], log_name: str) -> subprocess.Popen:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=client_env())
 
 
-def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
-    args, url = run.args, base_url(run.args)
-    levels = [(c, bench_command(
-        args, tag=f"{config.name},c={c}", dataset=dataset, output_file=run.dir / "raw.jsonl",
+def level_command(run: Run, config: ServerConfig, c: int, dataset: Path) -> list[str]:
+    args = run.args
+    return bench_command(
+        args, tag=level_tag(config, c), dataset=dataset, output_file=run.dir / "raw.jsonl",
         num_prompts=level_prompts(c, args.prompts_per_concurrency, args.min_prompts),
         concurrency=c, warmup=c, seed=args.seed, flush_cache=True,
-    )) for c in args.concurrency]
-    if args.dry_run:
-        for _, cmd in levels:
-            run.record(cmd)
+    )
+
+
+def level_tag(config: ServerConfig, c: int) -> str:
+    return f"{config.name},c={c}"
+
+
+def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
+    if run.args.dry_run:
+        for c in run.args.concurrency:
+            run.record(level_command(run, config, c, dataset))
         return
     run.note("# the levels below run one after another in one client process "
              "(serving_session.py: the same entry point, imported once)")
     with serving_session.Session(run.logs / f"bench-{config.name}-session.log",
                                  env=client_env()) as client:
-        for c, cmd in levels:
-            closed_level(run, config, client, c, cmd)
+        for c in run.args.concurrency:
+            closed_level(run, config, client, c, dataset)
 
 
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
-                 cmd: list[str]) -> None:
-    url, tag = base_url(run.args), f"{config.name},c={c}"
+                 dataset: Path) -> None:
+    url, tag, cmd = base_url(run.args), level_tag(config, c), level_command(run, config, c, dataset)
     run.record(cmd)
     reset_accept_length(run, url)
     before = gate_snapshot(url)
