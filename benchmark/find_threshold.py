@@ -71,15 +71,21 @@ def verdict(x: Crossover, largest: int) -> str:
     return f"{x.suggested}{note}"
 
 
-def run_line(run: Path, plain_run: Optional[Path]) -> Optional[list[str]]:
+def spec_plain_ratios(run: Path, plain_run: Optional[Path] = None) -> tuple[dict[int, float], list[float]]:
+    """Concurrency -> spec / plain output tok/s at the levels both measured, and the spec rows'
+    accept lengths."""
     res = load([run])
     spec = res.closed.get("spec", {})
     plain = (load([plain_run]) if plain_run else res).closed.get("plain", {})
     ratios = {c: spec[c]["output_throughput"] / plain[c]["output_throughput"]
               for c in sorted(plain.keys() & spec.keys())}
+    return ratios, [r["accept_length"] for r in spec.values() if r.get("accept_length")]
+
+
+def run_line(run: Path, plain_run: Optional[Path]) -> Optional[list[str]]:
+    ratios, accept = spec_plain_ratios(run, plain_run)
     if not ratios:
         return None
-    accept = [r["accept_length"] for r in spec.values() if r.get("accept_length")]
     x = find_crossover(ratios)
     return [
         run.name,

@@ -6,7 +6,8 @@
 # --quick  a smoke run for CI: plain, always-on and gate N=4 at concurrency 1 and 16, 32-token
 #          outputs, a 20 s bursty scenario whose second half (64 req/s) keeps the decode batch
 #          above 4 (two to three minutes per server, most of it server start-up).
-#          Without it: every configuration at the sweep's defaults.
+#          Without it: every configuration at the sweep's defaults (the gates at the N that
+#          find_threshold.py suggests from the plain and spec rows).
 # Options after the preset override it (e.g. --thresholds 8,16).
 # Env: MODEL, DRAFT  target and draft model paths (default /tmp/models/target, /tmp/models/draft)
 #      RUN           results directory (default benchmark/results/<date>-quick or -full)

@@ -12,11 +12,14 @@ For each server configuration the sweep starts ``sglang.launch_server`` once, th
   started on the phase's schedule without waiting for the previous one to drain: requests of a
   burst still finish during the next quiet phase, as they would in production.
 
+The gates run at each ``--thresholds`` N; by default (``auto``) at the N find_threshold.py
+suggests from the plain and spec rows measured just before them.
+
 Around each level it reads the gate's counters from ``/server_info``
 (``internal_states[0].spec_gate``) and stores them with their deltas in ``gate.jsonl``.
 
     python benchmark/sweep.py --model-path T --draft-model-path D --name 8b \\
-        --configs plain,spec,upstream-gate,gate --thresholds 8,16 -- --load-format dummy
+        --configs plain,spec,upstream-gate,gate -- --load-format dummy
 
 Everything after ``--`` is passed to every server. See benchmark/README.md for the outputs.
 """
@@ -43,11 +46,14 @@ from typing import Iterator, Optional
 
 import decode_log
 import decode_profile
+import find_threshold
 import prompts
 import serving_session
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate")
+GATE_KINDS = ("upstream-gate", "gate")
+AUTO = "auto"
 GATE_COUNTERS = ("decode_steps_spec", "decode_steps_plain", "switches")
 PROFILE_WAIT_S = 120.0  # for the profile load to reach decode, and for the trace
 
@@ -145,6 +151,11 @@ def parse_phases(text: str) -> list[Phase]:
 
 def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
+
+
+def thresholds_arg(text: str) -> Optional[list[int]]:
+    """``"8,16"`` -> [8, 16]; ``"auto"`` -> None: the N find_threshold.py suggests (auto_thresholds)."""
+    return None if text == AUTO else int_list(text)
 
 
 def level_prompts(concurrency: int, per_concurrency: int, minimum: int) -> int:
@@ -590,8 +601,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tokenizer", help="tokenizer for the client (default: --model-path)")
     p.add_argument("--configs", default="plain,spec,upstream-gate,gate",
                    help=f"comma list of {', '.join(CONFIG_KINDS)} (default: all)")
-    p.add_argument("--thresholds", type=int_list, default=[16],
-                   help="gate thresholds N, comma list (default 16); one server per gate and N")
+    p.add_argument("--thresholds", type=thresholds_arg, default=AUTO,
+                   help="gate thresholds N, comma list, one server per gate and N; or auto "
+                        "(default): the N find_threshold.py suggests from the plain and spec "
+                        "rows, so list plain,spec before the gates in --configs")
     p.add_argument("--concurrency", type=int_list, default=[1, 2, 4, 8, 16, 32, 64, 128],
                    help="closed-loop levels, comma list")
     p.add_argument("--prompts-per-concurrency", type=int, default=8)
@@ -619,7 +632,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--scenarios: closed and/or bursty, got {args.scenarios}")
     if not set(args.configs) <= set(CONFIG_KINDS):
         p.error(f"--configs: choose from {', '.join(CONFIG_KINDS)}, got {args.configs}")
-    if any(n < 1 for n in args.thresholds):
+    if any(n < 1 for n in args.thresholds or []):
         p.error("--thresholds: N >= 1 (0 would mean a gate that never fires)")
     if args.configs != ["plain"] and not args.draft_model_path:
         p.error("--draft-model-path is required for speculative configurations")
@@ -631,33 +644,64 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def auto_thresholds(run: Run) -> list[int]:
+    """``--thresholds auto``: the N that find_threshold.py suggests from the plain and spec rows
+    the run directory holds by now (this sweep's, or an earlier sweep's into the same --run-dir).
+    Empty, with the reason recorded, when there is no N to measure."""
+    if run.args.dry_run:
+        run.note("# --thresholds auto: the gates' N comes from the plain and spec rows, "
+                 "which a dry run does not measure")
+        return []
+    ratios, _ = find_threshold.spec_plain_ratios(run.dir)
+    if not ratios:
+        run.fail(f"--thresholds auto: no concurrency level with both plain and spec rows in "
+                 f"{run.dir}; list plain,spec before the gates in --configs, or pass --thresholds N")
+        return []
+    crossover = find_threshold.find_crossover(ratios)
+    run.note(f"# --thresholds auto: find_threshold.py suggests "
+             f"{find_threshold.verdict(crossover, max(ratios))}")
+    if crossover.suggested is None:
+        run.fail("--thresholds auto: spec never beats plain here, so there is no gate to measure")
+        return []
+    return [crossover.suggested]
+
+
+def serve_and_load(run: Run, config: ServerConfig, dataset: Path) -> None:
+    """One server: start it, run the scenarios (and the profile) against it, stop it."""
+    args = run.args
+    run.note(f"# server {config.name}")
+    with server(run, config) as started:
+        if not started:
+            run.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+            return
+        try:
+            if "closed" in args.scenarios:
+                closed_loop(run, config, dataset)
+            if "bursty" in args.scenarios and args.bursty_phases:
+                bursty(run, config, dataset)
+            if args.profile_concurrency:
+                profile_decode(run, config, dataset)
+        except OSError as e:  # the server went away: go on with the next one
+            run.fail(f"{config.name}: {e}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     run = Run(args)
     spec = Speculation.from_args(args)
-    configs = server_configs(args.configs, args.thresholds, spec, run.dir)
     if not args.dry_run:
         shutil.rmtree(run.work, ignore_errors=True)
         for d in (run.logs, run.work):
             d.mkdir(parents=True, exist_ok=True)
     run.note_invocation(argv)
     dataset = prepare_dataset(run)
-    for config in configs:
-        run.note(f"# server {config.name}")
-        with server(run, config) as started:
-            if not started:
-                run.fail(f"server {config.name} (see logs/server-{config.name}.log)")
-                continue
-            try:
-                if "closed" in args.scenarios:
-                    closed_loop(run, config, dataset)
-                if "bursty" in args.scenarios and args.bursty_phases:
-                    bursty(run, config, dataset)
-                if args.profile_concurrency:
-                    profile_decode(run, config, dataset)
-            except OSError as e:  # the server went away: go on with the next one
-                run.fail(f"{config.name}: {e}")
+    thresholds = args.thresholds
+    for kind in args.configs:
+        if kind in GATE_KINDS and thresholds is None:
+            thresholds = auto_thresholds(run)  # once plain and spec have run
+        for config in server_configs([kind], thresholds or [], spec, run.dir):
+            serve_and_load(run, config, dataset)
     if not args.dry_run:
         shutil.rmtree(run.work, ignore_errors=True)
     print(f"results: {run.dir}" + (f"; {len(run.failures)} failed" if run.failures else ""))

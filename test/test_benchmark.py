@@ -257,6 +257,7 @@ def test_sweep_refuses_a_dataset_too_small(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", [["--configs", "plain,eagle"], ["--thresholds", "0"],
+                                 ["--thresholds", "8,x"],
                                  ["--scenarios", "open"]])
 def test_sweep_rejects_bad_options(tmp_path: Path, bad: list[str]) -> None:
     with pytest.raises(SystemExit):
@@ -497,6 +498,48 @@ def test_find_threshold_on_fixture(run_dir: Path, capsys: pytest.CaptureFixture)
     expected = 2 ** (2 + (r4 - 1) / (r4 - r8))
     assert f"| {run_dir.name} | 2.50 |" in out
     assert f"| {expected:.1f} | {math.floor(expected)} |" in out
+
+
+def test_sweep_gates_at_the_n_its_own_plain_and_spec_rows_suggest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Serving needs a GPU: serve_and_load is replaced by a stand-in that writes the rows a
+    # plain and a spec server would have produced (the fixture's throughputs).
+    served = []
+
+    def fake_serve_and_load(run, config, dataset):
+        served.append(config.name)
+        rates = {"plain": PLAIN, "spec": SPEC}.get(config.name, {})
+        with (run.dir / "raw.jsonl").open("a") as raw:
+            for c, tput in rates.items():
+                raw.write(json.dumps(serving_row(f"{config.name},c={c}", c, tput)) + "\n")
+
+    monkeypatch.setattr(sweep, "serve_and_load", fake_serve_and_load)
+    assert sweep.main(sweep_args(tmp_path, "--scenarios", "closed", "--concurrency", "1,2,4,8,16",
+                                 "--rows", "200")) == 0
+    # spec / plain = 2.0, 1.79, 1.32, 0.8, 0.5 at C = 1..16: crossover 6.1 (as find_threshold says)
+    assert served == ["plain", "spec", "upstream-gate-6", "gate-6"]
+    assert "# --thresholds auto: find_threshold.py suggests 6" in (
+        tmp_path / "run" / "command.txt").read_text()
+
+
+def test_sweep_auto_threshold_without_plain_and_spec_rows_fails_clearly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    served = []
+    monkeypatch.setattr(sweep, "serve_and_load", lambda run, config, dataset: served.append(config))
+    assert sweep.main(sweep_args(tmp_path, "--configs", "gate", "--scenarios", "closed",
+                                 "--rows", "2000")) == 1
+    assert served == []
+    assert "list plain,spec before the gates in --configs, or pass --thresholds N" in (
+        capsys.readouterr().out)
+
+
+def test_dry_run_with_auto_threshold_says_why_no_gate_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert sweep.main(sweep_args(tmp_path, "--concurrency", "1", "--scenarios", "closed",
+                                 "--dry-run")) == 0
+    out = capsys.readouterr().out
+    assert out.count("sglang.launch_server") == 2  # plain and spec
+    assert "--thresholds auto: the gates' N comes from the plain and spec rows" in out
 
 
 def test_find_threshold_with_a_shared_plain_run(run_dir: Path, tmp_path: Path,
