@@ -41,11 +41,14 @@ def test_target_verify_counts_the_new_token():
     assert fb.forward_mode == ForwardMode.TARGET_VERIFY and fb.seq_lens.tolist() == [5, 9, 2]
 
 
-def test_draft_extend_already_counts_it():
-    view = as_decode_batch(batch(ForwardMode.DRAFT_EXTEND_V2))
+def test_draft_extend_reads_one_cached_token():
+    fb = batch(ForwardMode.DRAFT_EXTEND_V2)
+    view = as_decode_batch(fb)
     assert view.forward_mode == ForwardMode.DECODE
-    assert view.seq_lens.tolist() == [5, 9, 2]
-    assert view.seq_lens_sum == 16
+    assert view.seq_lens.tolist() == [1, 1, 1] and view.seq_lens_cpu.tolist() == [1, 1, 1]
+    assert view.seq_lens_sum == 3
+    # Where the KV is written is the batch's, untouched by the view.
+    assert view.out_cache_loc is fb.out_cache_loc and fb.seq_lens.tolist() == [5, 9, 2]
 
 
 @pytest.mark.parametrize("mode, converted", [

@@ -83,7 +83,8 @@ HOOKS: tuple[Hook, ...] = (
         "server asked for the gate never runs without it. While upstream builds the "
         "steps-0 state, the subclass shadows two methods on their instances for that build "
         "only: the target runner's _get_attention_backend (its backends get decode kernels "
-        "for one-token forwards, one_token_decode.py) and the draft worker's "
+        "for one-token forwards, the draft's reading one cached token, one_token_decode.py) "
+        "and the draft worker's "
         "_capture_cuda_graphs (captured with speculative_num_draft_tokens overridden to 1, "
         "and with the draft's last MLP and its LogitsProcessor._compute_lm_head replaced by "
         "no-ops, kv_only_draft.py).",

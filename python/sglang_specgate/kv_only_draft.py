@@ -12,7 +12,8 @@ So the one-token draft-extend graph is captured with the last decoder layer's ML
 GEMM replaced by no-ops. The KV cache the graph writes is unchanged: a layer's KV depends only on
 that layer's input, which neither skipped op feeds. The first draft step after re-enabling then
 drafts from an approximate hidden state and zero logits, which costs at most that one step's
-acceptance; its own draft extend runs the full speculative graph and restores both.
+acceptance; its own draft extend runs the full speculative graph and restores both. For the
+same reason the draft's attention reads one cached token while off (one_token_decode.py).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import logging
 
+import torch
+
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
 logger = logging.getLogger(__name__)
@@ -26,18 +28,32 @@ VERIFIED_BACKENDS = frozenset({"TritonAttnBackend"})
 
 
 def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
-    """A shallow copy that describes the same one-token step as a DECODE batch.
+    """A shallow copy that describes the same one-token step as a DECODE batch, for the
+    attention metadata (which KV entries each request's query reads).
 
-    Decode batches count the new token in ``seq_lens``; TARGET_VERIFY batches do not (the
-    spec-v2 convention), DRAFT_EXTEND_V2 batches already do (eagle_worker_common.py:186).
+    The target's verify reads its whole context: decode batches count the new token in
+    ``seq_lens``, TARGET_VERIFY batches do not (the spec-v2 convention). The draft's extend
+    reads one entry, its first: while off, its attention output feeds nothing but the first
+    draft step after re-enabling (a steps-0 verify reads only the bonus tokens,
+    eagle_worker_v2.py:1162-1165 and 1237), which the KV-only state leaves approximate anyway
+    (kv_only_draft.py). What the off state keeps current is the draft KV, and the backend
+    writes it to ``out_cache_loc`` (triton_backend.py forward_decode), which the metadata does
+    not touch. So the draft stops reading its whole context on every plain step.
     """
     view = copy.copy(forward_batch)
-    if forward_batch.forward_mode.is_target_verify():
+    mode = forward_batch.forward_mode
+    if mode.is_target_verify():
         view.seq_lens = forward_batch.seq_lens + 1
         if forward_batch.seq_lens_cpu is not None:
             view.seq_lens_cpu = forward_batch.seq_lens_cpu + 1
         if forward_batch.seq_lens_sum is not None:
             view.seq_lens_sum = forward_batch.seq_lens_sum + forward_batch.batch_size
+    elif mode.is_draft_extend_v2():
+        view.seq_lens = torch.ones_like(forward_batch.seq_lens)
+        if forward_batch.seq_lens_cpu is not None:
+            view.seq_lens_cpu = torch.ones_like(forward_batch.seq_lens_cpu)
+        if forward_batch.seq_lens_sum is not None:
+            view.seq_lens_sum = forward_batch.batch_size
     view.forward_mode = ForwardMode.DECODE
     view.spec_info = None
     return view
