@@ -22,8 +22,9 @@ SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3
 COMMON_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
                 "--grammar-backend", "none", "--max-running-requests", "64",
                 "--cuda-graph-max-bs", "64",
-                # The gated server stays up while plain and spec run beside it on GPU 0.
-                "--mem-fraction-static", "0.4"]
+                # The gated server stays up while plain and spec run beside it on one GPU;
+                # lower it to share the GPU with another job (a soak, say).
+                "--mem-fraction-static", os.environ.get("SPECGATE_GPU_MEM_FRACTION", "0.4")]
 
 
 class Server:
