@@ -218,9 +218,10 @@ def versus_plain_table(res: Results) -> str:
                             if all(steady) else None)
             rows.append([name, str(c), fmt(gated["output_throughput"] / base["output_throughput"], 3),
                          fmt(gated["median_tpot_ms"] / base["median_tpot_ms"], 3),
-                         fmt(steady_ratio, 3)])
+                         fmt(steady_ratio, 3),
+                         fmt(gated["mean_ttft_ms"] / base["mean_ttft_ms"], 3)])
     return md_table(["config", "C", "tok/s vs plain", "median TPOT vs plain",
-                     "steady decode tok/s vs plain"], rows)
+                     "steady decode tok/s vs plain", "mean TTFT vs plain"], rows)
 
 
 def profile_table(res: Results) -> str:
@@ -250,7 +251,9 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   versus_plain_table(res),
                   "steady decode: the median throughput of the scheduler's decode log lines "
                   "with the batch at >= 90 % of C (`decode_log.py`), without the drain at the "
-                  "end of a level, where the batch falls under N and the gate speculates again."]
+                  "end of a level, where the batch falls under N and the gate speculates again. "
+                  "mean TTFT: mostly prefill, which a speculative server runs for the draft too, "
+                  "whatever the gate's state."]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
     if res.profiles:

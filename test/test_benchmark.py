@@ -269,7 +269,7 @@ def test_sweep_rejects_bad_options(tmp_path: Path, bad: list[str]) -> None:
 
 def serving_row(tag: str, concurrency: int | None, tput: float, *,
                 accept: float | None = None, spec: bool = False,
-                details: dict | None = None) -> dict:
+                details: dict | None = None, ttft_ms: float = 50.0) -> dict:
     """A row as sglang.benchmark.serving writes it (metric values made up)."""
     tpot = 1000 * (concurrency or 1) / tput
     row = {
@@ -291,7 +291,7 @@ def serving_row(tag: str, concurrency: int | None, tput: float, *,
         "accept_length": accept, "max_output_tokens_per_s": tput * 1.2,
         "max_concurrent_requests": concurrency or 1,
     }
-    for metric, base in (("e2e_latency", 256 * tpot), ("ttft", 50.0), ("tpot", tpot),
+    for metric, base in (("e2e_latency", 256 * tpot), ("ttft", ttft_ms), ("tpot", tpot),
                          ("itl", tpot)):
         for stat, factor in (("mean", 1.0), ("median", 1.0), ("std", 0.1), ("p90", 1.5),
                              ("p95", 1.7), ("p99", 2.0)):
@@ -327,7 +327,8 @@ def run_dir(tmp_path: Path) -> Path:
     run.mkdir()
     raw = [serving_row(f"plain,c={c}", c, t) for c, t in PLAIN.items()]
     raw += [serving_row(f"spec,c={c}", c, t, accept=2.5, spec=True) for c, t in SPEC.items()]
-    raw += [serving_row(f"gate-4,c={c}", c, t, accept=2.0, spec=True) for c, t in GATE.items()]
+    raw += [serving_row(f"gate-4,c={c}", c, t, accept=2.0, spec=True, ttft_ms=60.0)
+            for c, t in GATE.items()]
     raw.append(serving_row("plain,c=16", 16, 2700.0))  # a rerun: the later row wins
     write_jsonl(run / "raw.jsonl", raw)
     write_jsonl(run / "gate.jsonl", [
@@ -380,8 +381,9 @@ def test_report_tables(run_dir: Path) -> None:
     assert "| 3 / 97 | 2 |" in text  # gate steps and switches from gate.jsonl
     assert "target `/tmp/models/target`, draft `/tmp/models/draft`, 3 draft steps" in text
     # gated / plain: 2550 / 2700 tok/s; TPOT 1000*16/2550 over 1000*16/2700
-    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 |" in text  # steady decode: 2880 / 3000
-    assert "| gate-4 | 8 | 0.987 | 1.014 | – |" in text  # no steady-state lines recorded
+    # steady decode 2880 / 3000; mean TTFT 60 / 50
+    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | 1.200 |" in text
+    assert "| gate-4 | 8 | 0.987 | 1.014 | – | 1.200 |" in text  # no steady-state lines recorded
 
 
 def test_steady_decode_throughput_from_the_scheduler_log(tmp_path: Path) -> None:
