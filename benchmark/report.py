@@ -41,7 +41,8 @@ class Results:
     closed: dict[str, dict[int, dict]] = field(default_factory=dict)  # config -> C -> row
     gate: dict[str, dict] = field(default_factory=dict)  # tag -> gate.jsonl row
     bursty: dict[str, list[dict]] = field(default_factory=dict)  # config -> phase rows
-    profiles: dict[str, dict] = field(default_factory=dict)  # config -> profile-<config>.json
+    # phase (decode, prefill) -> config -> profile-[<phase>-]<config>.json
+    profiles: dict[str, dict[str, dict]] = field(default_factory=dict)
 
     def envelope(self) -> dict[int, float]:
         """max(plain, always-on) output tok/s at each concurrency measured for both."""
@@ -67,7 +68,8 @@ def load(run_dirs: Iterable[Path]) -> Results:
             res.bursty[name] = [by_phase[k] for k in sorted(by_phase)]
         for path in sorted(run.glob("profile-*.json")):
             profile = json.loads(path.read_text())
-            res.profiles[profile["config"]] = profile
+            # Profiles written before prefill ones existed carry no phase: they are decode.
+            res.profiles.setdefault(profile.get("phase", "decode"), {})[profile["config"]] = profile
     return res
 
 
@@ -224,16 +226,20 @@ def versus_plain_table(res: Results) -> str:
                      "steady decode tok/s vs plain", "mean TTFT vs plain"], rows)
 
 
-def profile_table(res: Results) -> str:
+def profile_table(profiles: dict[str, dict], unit: str, with_busy: bool) -> str:
+    """GPU kernel time per ``unit`` (a decode step, a prefill wave) of each configuration."""
+    plain = profiles.get("plain")
     rows = []
-    for name, p in res.profiles.items():
+    for name, p in profiles.items():
         fam = p["family_ms_per_step"]
         top = p["top_kernels"][0]
-        rows.append([name, str(p["concurrency"]), fmt(p["busy_ms_per_step"], 2), fmt(fam["attention"], 2),
-                     fmt(fam["gemm"], 2), fmt(fam["other"], 2), f"{p['gpu_busy_fraction']:.0%}",
+        versus = p["busy_ms_per_step"] / plain["busy_ms_per_step"] if plain else None
+        rows.append([name, str(p["concurrency"]), fmt(p["busy_ms_per_step"], 2), fmt(versus, 3),
+                     fmt(fam["attention"], 2), fmt(fam["gemm"], 2), fmt(fam["other"], 2),
+                     *([f"{p['gpu_busy_fraction']:.0%}"] if with_busy else []),
                      f"`{top['name'][:48]}` {fmt(top['ms_per_step'], 2)}"])
-    return md_table(["config", "batch", "GPU ms/step", "attention", "GEMM", "other", "GPU busy",
-                     "top kernel (ms/step)"], rows)
+    return md_table(["config", "batch", f"GPU ms/{unit}", "vs plain", "attention", "GEMM", "other",
+                     *(["GPU busy"] if with_busy else []), f"top kernel (ms/{unit})"], rows)
 
 
 def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: float,
@@ -256,11 +262,19 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "whatever the gate's state."]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
-    if res.profiles:
-        parts += ["## Decode step profile (`--profile-concurrency`)", profile_table(res),
+    if "decode" in res.profiles:
+        parts += ["## Decode step profile (`--profile-concurrency`)",
+                  profile_table(res.profiles["decode"], "step", with_busy=True),
                   "GPU kernel time per forward step from SGLang's `/start_profile` over steady "
                   "decode; GPU busy: kernel time over the profiled span (the rest is idle, "
                   "waiting on the CPU). Full kernel lists in `profile-<config>.json`."]
+    if "prefill" in res.profiles:
+        parts += ["## Prefill wave profile (`--profile-prefill`)",
+                  profile_table(res.profiles["prefill"], "wave", with_busy=False),
+                  "GPU kernel time of one wave: C requests sent at once to the idle server, "
+                  "their prefill and the decode steps of their 4 output tokens. The span also "
+                  "holds the client's start, so no busy fraction. Kernels in "
+                  "`profile-prefill-<config>.json`."]
     if res.bursty:
         parts += [f"## Bursty (SLO: TTFT ≤ {slo_ttft_ms:g} ms, TPOT ≤ {slo_tpot_ms:g} ms)",
                   bursty_tables(res, slo_ttft_ms, slo_tpot_ms),

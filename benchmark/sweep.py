@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import decode_log
-import decode_profile
+import kernel_profile
 import find_threshold
 import prompts
 import serving_session
@@ -56,6 +56,7 @@ GATE_KINDS = ("upstream-gate", "gate")
 AUTO = "auto"
 GATE_COUNTERS = ("decode_steps_spec", "decode_steps_plain", "switches")
 PROFILE_WAIT_S = 120.0  # for the profile load to reach decode, and for the trace
+PREFILL_WAVE_OUTPUT_LEN = 4  # the fewest output tokens sglang.benchmark.serving accepts
 
 
 @dataclass(frozen=True)
@@ -402,14 +403,48 @@ def last_gen_throughput(url: str) -> float:
     return scheduler_state(url).get("last_gen_throughput", 0.0)
 
 
-def wait_for(condition, load: subprocess.Popen, timeout: float = PROFILE_WAIT_S) -> bool:
-    """Poll ``condition`` while the load runs; False on timeout or when the load ended."""
+def wait_for(condition, load: Optional[subprocess.Popen] = None,
+             timeout: float = PROFILE_WAIT_S) -> bool:
+    """Poll ``condition`` (while ``load`` runs, if given); False on timeout or when it ended."""
     deadline = time.monotonic() + timeout
     while not condition():
-        if time.monotonic() > deadline or load.poll() is not None:
+        if time.monotonic() > deadline or (load is not None and load.poll() is not None):
             return False
         time.sleep(0.5)
     return True
+
+
+def start_profile(url: str, trace_dir: Path, num_steps: Optional[int] = None) -> None:
+    """GPU activity only; without ``num_steps`` until ``/stop_profile``. Answers in plain text."""
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    request = {"output_dir": str(trace_dir), "activities": ["GPU"]}
+    if num_steps is not None:
+        request["num_steps"] = num_steps
+    http_request(url + "/start_profile", request, timeout=60)
+
+
+def written_trace(trace_dir: Path, load: Optional[subprocess.Popen] = None) -> Optional[Path]:
+    if not wait_for(lambda: any(trace_dir.glob("*.trace.json.gz")), load):
+        return None
+    time.sleep(2)  # the profiler may still be writing the file
+    return sorted(trace_dir.glob("*.trace.json.gz"))[-1]
+
+
+def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: int, phase: str,
+                  **fields) -> None:
+    """Summarize ``trace`` into profile-<config>.json (decode) or profile-<phase>-<config>.json."""
+    try:
+        if trace is None:
+            raise ValueError("the profiler wrote no trace")
+        summary = kernel_profile.summarize_file(trace, steps)
+    except ValueError as e:
+        run.fail(f"{config.name} {phase} profile: {e}")
+        return
+    summary.update(config=config.name, phase=phase, concurrency=run.args.profile_concurrency,
+                   **fields)
+    stem = "profile" if phase == "decode" else f"profile-{phase}"
+    (run.dir / f"{stem}-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(kernel_profile.summary_line(summary), flush=True)
 
 
 def profile_decode(run: Run, config: ServerConfig, dataset: Path) -> None:
@@ -425,7 +460,6 @@ def profile_decode(run: Run, config: ServerConfig, dataset: Path) -> None:
     if args.dry_run:
         run.record(cmd)
         return
-    trace_dir.mkdir(parents=True, exist_ok=True)
     logged = last_gen_throughput(url)
     load = run_bench(run, cmd, f"bench-{config.name}-profile.log")
     try:
@@ -435,25 +469,36 @@ def profile_decode(run: Run, config: ServerConfig, dataset: Path) -> None:
         if not wait_for(lambda: last_gen_throughput(url) != logged, load):
             run.fail(f"{config.name} profile: the load never reached decode")
             return
-        # Answers in plain text, not JSON.
-        http_request(url + "/start_profile", {"output_dir": str(trace_dir), "activities": ["GPU"],
-                                              "num_steps": args.profile_steps}, timeout=60)
-        if not wait_for(lambda: any(trace_dir.glob("*.trace.json.gz")), load):
-            run.fail(f"{config.name} profile: no trace in {trace_dir}")
-            return
-        time.sleep(2)  # the profiler may still be writing the file
-        traces = sorted(trace_dir.glob("*.trace.json.gz"))
+        start_profile(url, trace_dir, args.profile_steps)
+        trace = written_trace(trace_dir, load)
     finally:
         load.terminate()
         load.wait()
-    try:
-        summary = decode_profile.summarize_file(traces[-1], args.profile_steps)
-    except ValueError as e:
-        run.fail(f"{config.name} profile: {e}")
+    write_profile(run, config, trace, args.profile_steps, "decode",
+                  output_len=args.profile_output_len)
+
+
+def profile_prefill(run: Run, config: ServerConfig, dataset: Path) -> None:
+    """C requests sent at once to the idle server, as a closed loop sends a wave when C requests
+    finish together: the trace holds their prefill and the few decode steps of their
+    PREFILL_WAVE_OUTPUT_LEN tokens; written per wave to profile-prefill-<config>.json."""
+    args, url, c = run.args, base_url(run.args), run.args.profile_concurrency
+    trace_dir = run.work / f"profile-prefill-{config.name}"
+    cmd = bench_command(
+        args, tag=f"{config.name},profile-prefill", dataset=dataset,
+        output_file=run.work / "profile.jsonl", num_prompts=c, concurrency=c, warmup=0,
+        seed=args.seed, output_len=PREFILL_WAVE_OUTPUT_LEN, flush_cache=True,
+    )
+    if args.dry_run:
+        run.record(cmd)
         return
-    summary.update(config=config.name, concurrency=c, output_len=args.profile_output_len)
-    (run.dir / f"profile-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(decode_profile.summary_line(summary), flush=True)
+    start_profile(url, trace_dir)
+    try:
+        run_bench(run, cmd, f"bench-{config.name}-profile-prefill.log").wait()
+    finally:
+        http_request(url + "/stop_profile", timeout=120)
+    write_profile(run, config, written_trace(trace_dir), 1, "prefill",
+                  output_len=PREFILL_WAVE_OUTPUT_LEN)
 
 
 def bursty(run: Run, config: ServerConfig, dataset: Path) -> None:
@@ -619,6 +664,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=20, help="forward steps to profile")
     p.add_argument("--profile-output-len", type=int, default=2048,
                    help="output tokens of the profiled requests: decode must outlast the profile")
+    p.add_argument("--profile-prefill", action="store_true",
+                   help="also profile a wave of --profile-concurrency requests sent at once to "
+                        "the idle server: its prefill (profile-prefill-*.json)")
     prompts.add_arguments(p)
     p.add_argument("--seed", type=int, default=1, help="client seed (prompt order, arrivals)")
     p.add_argument("--name", default="sweep", help="results go to results/<date>-<name>/")
@@ -634,6 +682,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--configs: choose from {', '.join(CONFIG_KINDS)}, got {args.configs}")
     if any(n < 1 for n in args.thresholds or []):
         p.error("--thresholds: N >= 1 (0 would mean a gate that never fires)")
+    if args.profile_prefill and not args.profile_concurrency:
+        p.error("--profile-prefill profiles a wave of --profile-concurrency requests: give both")
     if args.configs != ["plain"] and not args.draft_model_path:
         p.error("--draft-model-path is required for speculative configurations")
     args.max_running_requests = args.max_running_requests or max(
@@ -681,6 +731,8 @@ def serve_and_load(run: Run, config: ServerConfig, dataset: Path) -> None:
                 bursty(run, config, dataset)
             if args.profile_concurrency:
                 profile_decode(run, config, dataset)
+                if args.profile_prefill:
+                    profile_prefill(run, config, dataset)
         except OSError as e:  # the server went away: go on with the next one
             run.fail(f"{config.name}: {e}")
 

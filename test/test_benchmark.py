@@ -20,7 +20,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 sys.path.insert(0, str(BENCH))
 
 import decode_log  # noqa: E402
-import decode_profile  # noqa: E402
+import kernel_profile  # noqa: E402
 import find_threshold  # noqa: E402
 import prompts  # noqa: E402
 import report  # noqa: E402
@@ -243,6 +243,19 @@ def test_profile_runs_last_with_long_requests(tmp_path: Path, capsys: pytest.Cap
     assert args.max_running_requests == 64
 
 
+def test_prefill_profile_is_a_wave_of_short_requests(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    sweep.main(sweep_args(tmp_path, "--configs", "plain", "--concurrency", "4", "--scenarios",
+                          "closed", "--profile-concurrency", "64", "--profile-prefill", "--dry-run"))
+    bench = [line for line in capsys.readouterr().out.splitlines() if "sglang.benchmark.serving" in line]
+    assert [line.split("--tag ")[1].split()[0] for line in bench] == [
+        "plain,c=4", "plain,profile", "plain,profile-prefill"]
+    assert "--num-prompts 64 " in bench[2] and "--max-concurrency 64" in bench[2]
+    assert "--sharegpt-output-len 4 " in bench[2] and "--warmup-requests 0 " in bench[2]
+    with pytest.raises(SystemExit):
+        sweep.parse_args(sweep_args(tmp_path, "--profile-prefill"))
+
+
 def test_bursty_alone_warms_up_first(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     sweep.main(sweep_args(tmp_path, "--configs", "spec", "--scenarios", "bursty",
                           "--bursty-phases", "1:10", "--rows", "200", "--dry-run"))
@@ -416,7 +429,7 @@ def test_decode_profile_sums_kernels_by_name_and_family(tmp_path: Path) -> None:
         kernel("nvjet_sm90_tst_256x128", 1000, 300), kernel("_fwd_grouped_kernel_stage1", 1300, 100),
         kernel("elementwise_kernel", 1400, 100),
     ]}
-    summary = decode_profile.summarize_trace(trace, steps=2)
+    summary = kernel_profile.summarize_trace(trace, steps=2)
     assert summary["busy_ms_per_step"] == pytest.approx(0.5)
     assert summary["span_ms_per_step"] == pytest.approx(0.75)
     assert summary["gpu_busy_fraction"] == pytest.approx(2 / 3)
@@ -424,15 +437,26 @@ def test_decode_profile_sums_kernels_by_name_and_family(tmp_path: Path) -> None:
     assert summary["top_kernels"][0] == {"name": "nvjet_sm90_tst_256x128", "ms_per_step": 0.3,
                                          "calls_per_step": 1.0}
     with pytest.raises(ValueError, match="no GPU kernels"):
-        decode_profile.summarize_trace({"traceEvents": trace["traceEvents"][:1]}, steps=1)
+        kernel_profile.summarize_trace({"traceEvents": trace["traceEvents"][:1]}, steps=1)
 
 
-def test_report_shows_decode_profiles(run_dir: Path) -> None:
-    trace = {"traceEvents": [kernel("_fwd_kernel", 0, 800), kernel("nvjet_x", 800, 200)]}
-    summary = decode_profile.summarize_trace(trace, steps=1) | {"config": "gate-4", "concurrency": 16}
-    (run_dir / "profile-gate-4.json").write_text(json.dumps(summary))
+def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
+    def write(file: str, attention_us: float, **fields) -> None:
+        trace = {"traceEvents": [kernel("_fwd_kernel", 0, attention_us), kernel("nvjet_x", 1000, 200)]}
+        summary = kernel_profile.summarize_trace(trace, steps=1) | {"concurrency": 16, **fields}
+        (run_dir / file).write_text(json.dumps(summary))
+
+    # The decode ones as sweeps wrote them before prefill profiles existed: no phase.
+    write("profile-plain.json", 600, config="plain")
+    write("profile-gate-4.json", 800, config="gate-4")
+    write("profile-prefill-plain.json", 1800, config="plain", phase="prefill")
+    write("profile-prefill-gate-4.json", 2200, config="gate-4", phase="prefill")
     text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
-    assert "| gate-4 | 16 | 1.00 | 0.80 | 0.20 | 0.00 | 100% | `_fwd_kernel` 0.80 |" in text
+    decode = text[text.index("## Decode step profile"):text.index("## Prefill wave profile")]
+    assert "| gate-4 | 16 | 1.00 | 1.250 | 0.80 | 0.20 | 0.00 | 83% | `_fwd_kernel` 0.80 |" in decode
+    prefill = text[text.index("## Prefill wave profile"):]
+    assert "| GPU ms/wave | vs plain |" in prefill and "GPU busy" not in prefill.split("\n\n")[1]
+    assert "| gate-4 | 16 | 2.40 | 1.200 | 2.20 | 0.20 | 0.00 | `_fwd_kernel` 2.20 |" in prefill
 
 
 def test_bursty_goodput(run_dir: Path) -> None:

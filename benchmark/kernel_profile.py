@@ -1,9 +1,11 @@
-"""Where a decode step's GPU time goes, from a torch-profiler trace of steady decode.
+"""Where the GPU time goes, from a torch-profiler trace: per decode step, or per prefill wave.
 
-``sweep.py --profile-concurrency C`` takes the trace (SGLang's ``/start_profile``, GPU activity,
-``--profile-steps`` forward steps at batch C) and ``summarize_trace`` turns it into
-``profile-<config>.json``: kernels summed by name and family, GPU busy time per step, and how busy
-the GPU was over the profiled span (idle gaps are CPU-side cost).
+``sweep.py --profile-concurrency C`` takes the traces (SGLang's ``/start_profile``, GPU activity):
+``--profile-steps`` forward steps of steady decode at batch C, and with ``--profile-prefill`` one
+wave of C requests sent at once. ``summarize_trace`` turns a trace into ``profile-<config>.json``
+or ``profile-prefill-<config>.json``: kernels summed by name and family, GPU busy time per step
+(a wave counts as one), and how busy the GPU was over the profiled span (idle gaps are CPU-side
+cost; meaningless for a wave, whose span includes the client's start).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def summarize_file(path: Path, steps: int) -> dict:
 
 def summary_line(summary: dict) -> str:
     fam = summary["family_ms_per_step"]
-    return (f"{summary['config']} profile c={summary['concurrency']}: GPU busy "
-            f"{summary['busy_ms_per_step']:.2f} ms/step (attention {fam['attention']:.2f}, gemm "
-            f"{fam['gemm']:.2f}, other {fam['other']:.2f}), {summary['gpu_busy_fraction']:.0%} of the span")
+    phase = summary.get("phase", "decode")
+    unit, span = ("step", f", {summary['gpu_busy_fraction']:.0%} of the span") if phase == "decode" else ("wave", "")
+    return (f"{summary['config']} {phase} profile c={summary['concurrency']}: GPU busy "
+            f"{summary['busy_ms_per_step']:.2f} ms/{unit} (attention {fam['attention']:.2f}, gemm "
+            f"{fam['gemm']:.2f}, other {fam['other']:.2f}){span}")
