@@ -62,7 +62,9 @@ RMS_EPS = 1e-5
 LAYERS_PER_SHARD = 8  # 8b target: 4 shards of ~3.6 GB, bounds host memory while writing
 FORMAT_VERSION = 1  # bump when the construction changes: a stale DIR/target is then rebuilt
 
-SHAPES = {  # Llama-3-8B, Llama-3.2-1B-like, and a CPU test shape (>= 7 layers: distinct aux layers)
+SHAPES = {  # Llama-3-70B and -8B, Llama-3.2-1B-like, a CPU test shape (>= 7 layers: distinct aux layers)
+    "70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                num_attention_heads=64, num_key_value_heads=8),
     "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                num_attention_heads=32, num_key_value_heads=8),
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,

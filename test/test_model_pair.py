@@ -185,3 +185,16 @@ def test_draft_accept_length(pairs, walk_run, accept_length):
     good[[pos[int(t)] for t in seq[1 : n + 1][accepted > 0]]] = True
     walk_next = (torch.arange(n) + 1) % n
     assert mp.simulate_serving(good, walk_next) == pytest.approx(accept_length, rel=0.05)
+
+
+def test_70b_shape_for_tensor_parallel_8():
+    # The larger shape of the 8-GPU issue: Llama-3-70B's dimensions, every head count divisible
+    # by TP = 8, and the same construction (only the walk grows with the hidden size).
+    target, draft = mp.model_configs("70b")
+    assert (target["hidden_size"], target["num_hidden_layers"], target["intermediate_size"]) == (
+        8192, 80, 28672)
+    assert target["num_attention_heads"] % 8 == 0 and target["num_key_value_heads"] % 8 == 0
+    assert draft["num_hidden_layers"] == 1 and draft["target_hidden_size"] == 8192
+    design = mp.make_design("70b", 2.2, SEED)
+    assert len(design.nxt) == 8192
+    assert mp.mean_accept_length(design.good, design.nxt) == pytest.approx(2.2, abs=0.02)
