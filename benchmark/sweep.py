@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import decode_log
-import kernel_profile
 import find_threshold
+import kernel_profile
 import prompts
 import serving_session
 
@@ -729,10 +729,12 @@ def serve_and_load(run: Run, config: ServerConfig, dataset: Path) -> None:
                 closed_loop(run, config, dataset)
             if "bursty" in args.scenarios and args.bursty_phases:
                 bursty(run, config, dataset)
+            # The prefill wave first, on the idle server: the decode profile ends by killing
+            # its client, whose requests the server aborts only afterwards.
+            if args.profile_prefill:
+                profile_prefill(run, config, dataset)
             if args.profile_concurrency:
                 profile_decode(run, config, dataset)
-                if args.profile_prefill:
-                    profile_prefill(run, config, dataset)
         except OSError as e:  # the server went away: go on with the next one
             run.fail(f"{config.name}: {e}")
 

@@ -249,9 +249,9 @@ def test_prefill_profile_is_a_wave_of_short_requests(tmp_path: Path,
                           "closed", "--profile-concurrency", "64", "--profile-prefill", "--dry-run"))
     bench = [line for line in capsys.readouterr().out.splitlines() if "sglang.benchmark.serving" in line]
     assert [line.split("--tag ")[1].split()[0] for line in bench] == [
-        "plain,c=4", "plain,profile", "plain,profile-prefill"]
-    assert "--num-prompts 64 " in bench[2] and "--max-concurrency 64" in bench[2]
-    assert "--sharegpt-output-len 4 " in bench[2] and "--warmup-requests 0 " in bench[2]
+        "plain,c=4", "plain,profile-prefill", "plain,profile"]
+    assert "--num-prompts 64 " in bench[1] and "--max-concurrency 64" in bench[1]
+    assert "--sharegpt-output-len 4 " in bench[1] and "--warmup-requests 0 " in bench[1]
     with pytest.raises(SystemExit):
         sweep.parse_args(sweep_args(tmp_path, "--profile-prefill"))
 
