@@ -420,7 +420,7 @@ def kernel(name: str, ts: float, dur: float) -> dict:
     return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur}
 
 
-def test_decode_profile_sums_kernels_by_name_and_family(tmp_path: Path) -> None:
+def test_kernel_profile_sums_kernels_by_name_and_family(tmp_path: Path) -> None:
     # Two steps: each runs one GEMM, one attention and one elementwise kernel (us).
     trace = {"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 999},  # not a kernel
