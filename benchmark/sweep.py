@@ -433,9 +433,10 @@ def written_trace(trace_dir: Path, load: Optional[subprocess.Popen] = None) -> O
 def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: int, phase: str,
                   **fields) -> None:
     """Summarize ``trace`` into profile-<config>.json (decode) or profile-<phase>-<config>.json."""
+    if trace is None:
+        run.fail(f"{config.name} {phase} profile: the profiler wrote no trace")
+        return
     try:
-        if trace is None:
-            raise ValueError("the profiler wrote no trace")
         summary = kernel_profile.summarize_file(trace, steps)
     except ValueError as e:
         run.fail(f"{config.name} {phase} profile: {e}")
@@ -447,16 +448,23 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
     print(kernel_profile.summary_line(summary), flush=True)
 
 
+def profile_load_command(run: Run, config: ServerConfig, dataset: Path, tag: str,
+                         output_len: int) -> list[str]:
+    """Exactly --profile-concurrency requests at once, none waiting, on an empty prefix cache."""
+    args, c = run.args, run.args.profile_concurrency
+    return bench_command(
+        args, tag=f"{config.name},{tag}", dataset=dataset, output_file=run.work / "profile.jsonl",
+        num_prompts=c, concurrency=c, warmup=0, seed=args.seed, output_len=output_len,
+        flush_cache=True,
+    )
+
+
 def profile_decode(run: Run, config: ServerConfig, dataset: Path) -> None:
     """Exactly C long requests at once, so after their prefill every step is a decode step at
     batch C; profile --profile-steps of them and write profile-<config>.json."""
-    args, url, c = run.args, base_url(run.args), run.args.profile_concurrency
+    args, url = run.args, base_url(run.args)
     trace_dir = run.work / f"profile-{config.name}"
-    cmd = bench_command(
-        args, tag=f"{config.name},profile", dataset=dataset, output_file=run.work / "profile.jsonl",
-        num_prompts=c, concurrency=c, warmup=0, seed=args.seed,
-        output_len=args.profile_output_len, flush_cache=True,
-    )
+    cmd = profile_load_command(run, config, dataset, "profile", args.profile_output_len)
     if args.dry_run:
         run.record(cmd)
         return
@@ -482,13 +490,9 @@ def profile_prefill(run: Run, config: ServerConfig, dataset: Path) -> None:
     """C requests sent at once to the idle server, as a closed loop sends a wave when C requests
     finish together: the trace holds their prefill and the few decode steps of their
     PREFILL_WAVE_OUTPUT_LEN tokens; written per wave to profile-prefill-<config>.json."""
-    args, url, c = run.args, base_url(run.args), run.args.profile_concurrency
+    args, url = run.args, base_url(run.args)
     trace_dir = run.work / f"profile-prefill-{config.name}"
-    cmd = bench_command(
-        args, tag=f"{config.name},profile-prefill", dataset=dataset,
-        output_file=run.work / "profile.jsonl", num_prompts=c, concurrency=c, warmup=0,
-        seed=args.seed, output_len=PREFILL_WAVE_OUTPUT_LEN, flush_cache=True,
-    )
+    cmd = profile_load_command(run, config, dataset, "profile-prefill", PREFILL_WAVE_OUTPUT_LEN)
     if args.dry_run:
         run.record(cmd)
         return
