@@ -27,6 +27,11 @@ How (file:line refer to the installed sglang 0.5.17 under sglang/srt/):
   (models/llama_eagle3.py:254-260; speculative/eagle_worker_v2.py:692), and since HID = sqrt(d) it
   equals the normed one too. lm_head row S[nxt[c]] reads e_c for "good" coordinates and row
   S[nxt[nxt[c]]] (always wrong) for the others.
+- KV probe (--kv-probe-offset D, off by default). The draft above ignores its own KV cache, so it
+  cannot tell a server that keeps that cache current from one that does not. With D > 0 two of its
+  attention heads read the entries D tokens back and at the current token, and cancel exactly when
+  the first holds what the walk put there; a stale entry adds noise that swamps the hidden state
+  (add_kv_probe). Prompts must follow the walk.
 - Accept length. After a verify the draft hidden sits on the latest token's coordinate c; step k
   proposes the right token iff the k-th coordinate of the walk from c is good. A good set of
   density q gives 1 + q + q^2 + q^3 in expectation; the set actually drawn (nested in q for one
@@ -61,6 +66,12 @@ FILL_STD = 0.02  # random filler, Llama's init scale
 RMS_EPS = 1e-5
 LAYERS_PER_SHARD = 8  # 8b target: 4 shards of ~3.6 GB, bounds host memory while writing
 FORMAT_VERSION = 1  # bump when the construction changes: a stale DIR/target is then rebuilt
+MAX_POSITIONS = 8192  # max_position_embeddings of both models
+ROPE_THETA = 500000.0
+# --kv-probe-offset: the logits by which the probed KV entry beats every other position in the
+# probe heads' softmax. Every other weight is then below e^-150 (fp32 flushes it to 0 after bf16
+# rounding of q and k moves scores by ~10 logits), so the probe heads read that one entry exactly.
+PROBE_MARGIN = 200.0
 
 SHAPES = {  # Llama-3-70B and -8B, Llama-3.2-1B-like, a CPU test shape (>= 7 layers: distinct aux layers)
     "70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
@@ -127,6 +138,7 @@ class Design:
     coord: torch.Tensor  # [VOCAB] coordinate of every token
     nxt: torch.Tensor  # [n] the cycle: the token after coordinate c is walk_tokens[nxt[c]]
     good: torch.Tensor  # [n] the draft proposes walk_tokens[nxt[c]] right after coordinate c
+    kv_probe_offset: int = 0  # > 0: the draft's proposals need its KV entry that many tokens back
 
     @property
     def dims(self) -> dict:
@@ -155,14 +167,16 @@ class Design:
             "good_fraction": self.good.double().mean().item(),
             "mean_accept_length": mean_accept_length(self.good, self.nxt),
             "simulated_serving_accept_length": simulate_serving(self.good, self.nxt),
-            "walk_size": n, "walk": order,
+            "kv_probe_offset": self.kv_probe_offset, "walk_size": n, "walk": order,
             "good_tokens": sorted(int(t) for t in self.walk_tokens[self.good]),
         }
 
 
-def make_design(shape: str, accept_length: float, seed: int) -> Design:
+def make_design(shape: str, accept_length: float, seed: int, kv_probe_offset: int = 0) -> Design:
     if not 1.0 <= accept_length <= NUM_STEPS + 1:
         raise ValueError(f"--accept-length must be in [1, {NUM_STEPS + 1}], got {accept_length}")
+    if not 0 <= kv_probe_offset < MAX_POSITIONS:
+        raise ValueError(f"--kv-probe-offset must be in [0, {MAX_POSITIONS}), got {kv_probe_offset}")
     n = SHAPES[shape]["hidden_size"]
     g = torch.Generator().manual_seed(seed)
     walk_tokens = NUM_SPECIAL + torch.randperm(VOCAB - NUM_SPECIAL, generator=g)[:n]
@@ -179,7 +193,7 @@ def make_design(shape: str, accept_length: float, seed: int) -> Design:
         k = (lo + hi) // 2
         lo, hi = (k + 1, hi) if mean_accept_length(rank < k, nxt) < accept_length else (lo, k)
     k = min((max(lo - 1, 0), lo), key=lambda k: abs(mean_accept_length(rank < k, nxt) - accept_length))
-    return Design(shape, seed, accept_length, walk_tokens, coord, nxt, rank < k)
+    return Design(shape, seed, accept_length, walk_tokens, coord, nxt, rank < k, kv_probe_offset)
 
 
 def _bf16(x: float) -> float:
@@ -248,6 +262,74 @@ def target_shards(design: Design, device: str) -> Iterator[dict[str, torch.Tenso
         yield shard
 
 
+def rope_inv_freq(head_dim: int) -> torch.Tensor:
+    """Llama's rotary frequencies as SGLang computes them (layers/rotary_embedding/base.py:149-165)."""
+    return 1.0 / (ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+
+
+def probe_query_key(head_dim: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Position-only query and key (before rotary) whose score peaks when the key sits ``offset``
+    tokens before the query, by PROBE_MARGIN logits over every other key position.
+
+    Rotary (neox style) turns each pair (x_i, x_{i+h/2}) into a complex number turned by
+    position * theta_i, so q.k = sum_i Re(q_i conj(k_i) e^{i (m - n) theta_i}). With k_i = a and
+    q_i = a e^{-i offset theta_i}, the score is a^2 sum_i cos((m - n - offset) theta_i)."""
+    inv = rope_inv_freq(head_dim).double()
+    lags = torch.arange(MAX_POSITIONS, dtype=torch.double) - offset  # m - n - offset, keys n <= m
+    gap = (1 - torch.cos(lags[lags != 0, None] * inv)).sum(-1).min().item()
+    a = math.sqrt(PROBE_MARGIN * math.sqrt(head_dim) / gap)  # scores are scaled by 1/sqrt(head_dim)
+    key = torch.cat([torch.full_like(inv, a), torch.zeros_like(inv)])
+    query = torch.cat([a * torch.cos(offset * inv), -a * torch.sin(offset * inv)])
+    return query.float(), key.float()
+
+
+def add_kv_probe(attn: dict, design: Design, prefix: str, device: str) -> None:
+    """Make the draft's proposals depend on its KV cache ``design.kv_probe_offset`` = D tokens back.
+
+    Two heads read only the token-embedding half of the layer input, whose one hot coordinate is
+    the same value x for every token, so their queries and keys depend on position alone:
+    - head A (query head 0, KV head 0) reads the entry D tokens back, whose value encodes the token
+      embedded there; along the walk that token is D steps behind the one embedded here;
+    - head B (the first query head of KV head 1) reads its own entry, whose value encodes this
+      token's embedding through the walk D steps back: the same vector, when the context follows
+      the walk and the entry D back is what it should be.
+    o_proj adds A's output times M and B's times -M, so they cancel to exactly 0 (identical bf16
+    values; everything else in the softmax underflows) and the draft is the design's. A stale or
+    missing entry D back gives A another value, and its difference times M, about 2 * HID on every
+    hidden coordinate, swamps the one-hot hidden state: the draft proposes noise until that entry
+    is current again. Prompts must follow the walk for at least D + 1 tokens."""
+    dims, d = design.dims, design.dims["hidden_size"]
+    heads, kv_heads = dims["num_attention_heads"], dims["num_key_value_heads"]
+    hd, group = d // heads, heads // kv_heads
+    x = _bf16(EMBED / math.sqrt(EMBED**2 / d + RMS_EPS))  # the normed embedding's one value
+    gen = torch.Generator().manual_seed(design.seed + 2)
+    q_a, key = probe_query_key(hd, design.kv_probe_offset)
+    q_b, _ = probe_query_key(hd, 0)
+    ahead = torch.arange(len(design.nxt))
+    for _ in range(design.kv_probe_offset):
+        ahead = design.nxt[ahead]  # coordinate D steps along the walk
+    value_a = torch.randint(0, 2, (hd, d), generator=gen).to(torch.bfloat16) * 2 - 1
+    value_b = torch.empty_like(value_a)
+    value_b[:, ahead] = value_a
+    mix = (torch.randn(d, hd, generator=gen) * (_bf16(math.sqrt(d)) / (x * math.sqrt(hd / 2)))).to(torch.bfloat16)
+
+    def put(name: str, rows: slice, block: torch.Tensor) -> None:
+        weight = attn[f"{prefix}.{name}.weight"]
+        weight[rows] = 0  # the hidden-state half reads nothing either
+        weight[rows, :d] = block.to(device=device, dtype=torch.bfloat16)
+
+    head_a, head_b = slice(0, hd), slice(group * hd, (group + 1) * hd)
+    kv_a, kv_b = slice(0, hd), slice(hd, 2 * hd)
+    put("q_proj", head_a, (q_a / x)[:, None].expand(hd, d))
+    put("q_proj", head_b, (q_b / x)[:, None].expand(hd, d))
+    put("k_proj", kv_a, (key / x)[:, None].expand(hd, d))
+    put("k_proj", kv_b, (key / x)[:, None].expand(hd, d))
+    put("v_proj", kv_a, value_a)
+    put("v_proj", kv_b, value_b)
+    o_proj = attn[f"{prefix}.o_proj.weight"]
+    o_proj[:, head_a], o_proj[:, head_b] = mix.to(device), (-mix).to(device)
+
+
 def draft_tensors(design: Design, device: str) -> dict[str, torch.Tensor]:
     """The draft's tensors under the names of published EAGLE-3 checkpoints ("midlayer." is
     mapped to layers.0 at models/llama_eagle3.py:327-337)."""
@@ -268,12 +350,15 @@ def draft_tensors(design: Design, device: str) -> dict[str, torch.Tensor]:
     head = _zeros(VOCAB, d, device=device)
     head.index_put_((proposal, c), torch.ones(n, dtype=torch.bfloat16, device=device), accumulate=True)
     ones = torch.ones(d, dtype=torch.bfloat16, device=device)
+    attn = _attention("midlayer.self_attn", 2 * d, gen, device, dims)
+    if design.kv_probe_offset:
+        add_kv_probe(attn, design, "midlayer.self_attn", device)
     return {
         # SGLang replaces it with the target's (speculative/eagle_worker_v2.py:294-295); kept so
         # that other loaders see a complete checkpoint.
         "embed_tokens.weight": _embedding(design, device),
         "fc.weight": fc,
-        **_attention("midlayer.self_attn", 2 * d, gen, device, dims),
+        **attn,
         "midlayer.hidden_norm.weight": ones,
         "midlayer.input_layernorm.weight": ones.clone(),
         "midlayer.post_attention_layernorm.weight": ones.clone(),
@@ -287,8 +372,8 @@ def draft_tensors(design: Design, device: str) -> dict[str, torch.Tensor]:
 
 def model_configs(shape: str) -> tuple[dict, dict]:
     dims = SHAPES[shape]
-    base = dict(vocab_size=VOCAB, max_position_embeddings=8192, rms_norm_eps=RMS_EPS,
-                rope_theta=500000.0, hidden_act="silu", bos_token_id=1, eos_token_id=2,
+    base = dict(vocab_size=VOCAB, max_position_embeddings=MAX_POSITIONS, rms_norm_eps=RMS_EPS,
+                rope_theta=ROPE_THETA, hidden_act="silu", bos_token_id=1, eos_token_id=2,
                 tie_word_embeddings=False, dtype="bfloat16", model_type="llama",
                 head_dim=dims["hidden_size"] // dims["num_attention_heads"], **dims)
     target = {**base, "architectures": ["LlamaForCausalLM"]}
@@ -354,8 +439,9 @@ def write_model(out: str, shards: Iterator[dict[str, torch.Tensor]], num_shards:
     write_tokenizer(out)
 
 
-def write_pair(root: str, shape: str, accept_length: float, seed: int, device: str) -> dict:
-    design = make_design(shape, accept_length, seed)
+def write_pair(root: str, shape: str, accept_length: float, seed: int, device: str,
+               kv_probe_offset: int = 0) -> dict:
+    design = make_design(shape, accept_length, seed, kv_probe_offset)
     target_cfg, draft_cfg = model_configs(shape)
     # The target depends on shape and seed only: a sweep over accept lengths rewrites the draft.
     target_cfg["model_pair"] = {"shape": shape, "seed": seed, "format": FORMAT_VERSION}
@@ -391,12 +477,17 @@ def main(argv: list[str] | None = None) -> dict:
                     help=f"designed SGLang accept length for {NUM_STEPS} steps, topk 1, "
                          f"in [1, {NUM_STEPS + 1}]")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kv-probe-offset", type=int, default=0, metavar="D",
+                    help="make the draft's proposals need its own KV cache entry D tokens back "
+                         "(noise when that entry is stale), to check that a server keeps the draft "
+                         "KV current; prompts must then follow the walk (design.json); 0: off")
     ap.add_argument("--device", choices=["cuda", "cpu"],
                     default="cuda" if torch.cuda.is_available() else "cpu",
                     help="where the tensors are built (default: cuda if available)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    s = write_pair(args.dir, args.shape, args.accept_length, args.seed, args.device)
+    s = write_pair(args.dir, args.shape, args.accept_length, args.seed, args.device,
+                   args.kv_probe_offset)
     print(f"design: accept length {s['mean_accept_length']:.3f} over all starts "
           f"(asked {args.accept_length}, q={s['q']:.3f}, good {s['good_fraction']:.3f}), "
           f"simulated serving {s['simulated_serving_accept_length']:.3f}; "

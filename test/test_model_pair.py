@@ -19,6 +19,7 @@ import model_pair as mp  # noqa: E402
 SETTINGS = (1.3, 2.2, 3.2)
 SEED = 0
 D = mp.SHAPES["tiny"]["hidden_size"]
+HEAD_DIM = D // mp.SHAPES["tiny"]["num_attention_heads"]
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +112,43 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = N
     return y if residual is None else (y, residual)
 
 
-def draft_forward(w: dict, embeds: torch.Tensor, hidden: torch.Tensor):
-    """One LlamaForCausalLMEagle3 forward per row; returns (logits, hidden for the next step)."""
+def own_value_attention(w: dict, x: torch.Tensor) -> torch.Tensor:
+    """Each row attends only to itself, so the output is its own v per head. The real kernel's
+    output is some convex mix of v rows instead; without a KV probe, o_proj = 0 sends both to 0."""
+    v = x @ w["midlayer.self_attn.v_proj.weight"].T
+    heads = mp.SHAPES["tiny"]["num_attention_heads"] // mp.SHAPES["tiny"]["num_key_value_heads"]
+    return v.unflatten(-1, (-1, HEAD_DIM)).repeat_interleave(heads, dim=-2).flatten(-2)
+
+
+def rotary(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Neox-style rotary per head (layers/rotary_embedding/base.py), in fp32."""
+    angles = positions[:, None].float() * mp.rope_inv_freq(HEAD_DIM)
+    cos, sin = angles.cos()[:, None], angles.sin()[:, None]
+    x1, x2 = x.float().unflatten(-1, (-1, HEAD_DIM)).chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype).flatten(-2)
+
+
+def keys_values(w: dict, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the draft writes to its KV cache for rows at positions 0..T-1."""
+    p = "midlayer.self_attn."
+    return rotary(x @ w[p + "k_proj.weight"].T, torch.arange(len(x))), x @ w[p + "v_proj.weight"].T
+
+
+def causal_attention(w: dict, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Row t (position t) attends to cache rows 0..t: the draft extend over a whole sequence."""
+    q = rotary(x @ w["midlayer.self_attn.q_proj.weight"].T, torch.arange(len(x)))
+    heads = mp.SHAPES["tiny"]["num_attention_heads"] // mp.SHAPES["tiny"]["num_key_value_heads"]
+    q = q.float().unflatten(-1, (-1, HEAD_DIM))
+    k, v = (t.float().unflatten(-1, (-1, HEAD_DIM)).repeat_interleave(heads, dim=-2) for t in cache)
+    scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(HEAD_DIM)
+    scores = scores.masked_fill(torch.ones(len(x), len(x), dtype=torch.bool).triu(1), -math.inf)
+    out = torch.einsum("hts,shd->thd", scores.softmax(-1), v)
+    return out.to(x.dtype).flatten(-2)
+
+
+def draft_forward(w: dict, embeds: torch.Tensor, hidden: torch.Tensor, attention=own_value_attention):
+    """One LlamaForCausalLMEagle3 forward per row; returns (logits, hidden for the next step).
+    ``attention(w, x)`` gives the per-head attention output for the layer input x."""
     p = "midlayer."
     if hidden.shape[-1] != embeds.shape[-1]:  # target aux states: fc (models/llama_eagle3.py:228-238)
         hidden = hidden @ w["fc.weight"].T
@@ -120,14 +156,8 @@ def draft_forward(w: dict, embeds: torch.Tensor, hidden: torch.Tensor):
     residual = hidden
     x = torch.cat([rms_norm(embeds, w[p + "input_layernorm.weight"]),
                    rms_norm(hidden, w[p + "hidden_norm.weight"])], dim=-1)
-    # attention (models/llama.py:219-264). Each row here attends only to itself, so the attention
-    # output is its own v per head; the real kernel's output is some convex mix of v rows instead,
-    # and o_proj = 0 sends both to exactly 0.
-    v = x @ w[p + "self_attn.v_proj.weight"].T
-    heads = mp.SHAPES["tiny"]["num_attention_heads"] // mp.SHAPES["tiny"]["num_key_value_heads"]
-    head_dim = D // mp.SHAPES["tiny"]["num_attention_heads"]
-    attn = v.unflatten(-1, (-1, head_dim)).repeat_interleave(heads, dim=-2).flatten(-2)
-    attn = attn @ w[p + "self_attn.o_proj.weight"].T
+    # attention (models/llama.py:219-264)
+    attn = attention(w, x) @ w[p + "self_attn.o_proj.weight"].T
     # fused residual add + norm, then LlamaMLP (models/llama_eagle3.py:106-109, models/llama.py:111-119)
     x, residual = rms_norm(attn, w[p + "post_attention_layernorm.weight"], residual)
     gate, up = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
@@ -185,6 +215,76 @@ def test_draft_accept_length(pairs, walk_run, accept_length):
     good[[pos[int(t)] for t in seq[1 : n + 1][accepted > 0]]] = True
     walk_next = (torch.arange(n) + 1) % n
     assert mp.simulate_serving(good, walk_next) == pytest.approx(accept_length, rel=0.05)
+
+
+PROBE_OFFSET = 16
+
+
+@pytest.fixture(scope="module")
+def probe_draft(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("probe")
+    mp.main([str(root), "--shape", "tiny", "--accept-length", "3.2", "--seed", str(SEED),
+             "--device", "cpu", "--kv-probe-offset", str(PROBE_OFFSET)])
+    assert json.loads((root / "design.json").read_text())["kv_probe_offset"] == PROBE_OFFSET
+    return load_file(root / "draft" / "model.safetensors")
+
+
+def first_proposals(w: dict, walk_run, stale: tuple[slice, slice] | None = None) -> torch.Tensor:
+    """The draft extend over the walk sequence: row p embeds seq[p + 1] with the aux state of
+    seq[p] and proposes the token after seq[p + 1]. ``stale = (rows, source)`` replaces the KV
+    entries at rows with those of source, as a cache left unwritten would hold old entries."""
+    model, seq, out = walk_run
+    layers = mp.SHAPES["tiny"]["num_hidden_layers"]
+    aux = torch.cat([out.hidden_states[i][0] for i in (2, layers // 2, layers - 3)], dim=-1)
+
+    def attend(w, x):
+        k, v = keys_values(w, x)
+        if stale is not None:
+            rows, source = stale
+            k[rows], v[rows] = k[source].clone(), v[source].clone()
+        return causal_attention(w, x, (k, v))
+
+    n = len(seq) - 1
+    logits, _ = draft_forward(w, model.model.embed_tokens.weight[seq[1 : n + 1]], aux[:n], attend)
+    return logits.argmax(-1)
+
+
+def test_kv_probe_draft_keeps_the_design_and_needs_its_kv_entry(probe_draft, walk_run):
+    seq = walk_run[1]
+    design = mp.make_design("tiny", 3.2, SEED, PROBE_OFFSET)
+    c = design.coord[seq[1:]]
+    designed = torch.where(design.good[c], design.walk_tokens[design.nxt[c]],
+                           design.walk_tokens[design.nxt[design.nxt[c]]])
+    # With every entry current, the probe heads cancel: the design's proposal at every position
+    # that has an entry PROBE_OFFSET back.
+    warm = first_proposals(probe_draft, walk_run)
+    assert torch.equal(warm[PROBE_OFFSET:], designed[PROBE_OFFSET:])
+    # Entries 100..139 hold positions 0..39's: positions reading them PROBE_OFFSET back propose
+    # noise; those whose entry is current again are exact.
+    cold = first_proposals(probe_draft, walk_run, stale=(slice(100, 140), slice(0, 40)))
+    assert torch.equal(cold[PROBE_OFFSET:100], designed[PROBE_OFFSET:100])
+    reads_stale = slice(140, 140 + PROBE_OFFSET)
+    assert (cold[reads_stale] != designed[reads_stale]).float().mean() >= 0.9
+    assert torch.equal(cold[140 + PROBE_OFFSET:], designed[140 + PROBE_OFFSET:])
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])  # the tiny and 1b heads, the 8b and 70b heads
+@pytest.mark.parametrize("offset", [0, PROBE_OFFSET])  # the probe's two heads
+def test_kv_probe_scores_peak_at_the_offset(head_dim, offset):
+    q0, k0 = mp.probe_query_key(head_dim, offset)
+    inv = mp.rope_inv_freq(head_dim).double()
+
+    def rotate(x, positions):
+        angles = positions[:, None].double() * inv
+        x1, x2 = x.double().chunk(2)
+        return torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], -1)
+
+    m = torch.tensor([offset, 300, 2000, mp.MAX_POSITIONS - 1])  # query positions
+    scores = rotate(q0, m) @ rotate(k0, torch.arange(mp.MAX_POSITIONS)).T / math.sqrt(head_dim)
+    keys = torch.arange(mp.MAX_POSITIONS)[None]
+    probed = scores.gather(1, (m - offset)[:, None])[:, 0]
+    others = scores.masked_fill((keys > m[:, None]) | (keys == (m - offset)[:, None]), -math.inf)
+    assert (probed - others.max(-1).values).min() >= mp.PROBE_MARGIN - 1e-6
 
 
 def test_70b_shape_for_tensor_parallel_8():

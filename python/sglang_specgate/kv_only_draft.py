@@ -4,8 +4,8 @@ The steps-0 state runs the whole draft forward on every plain step: embedding an
 layer (attention, which writes the KV cache, then the MLP), the final norm and the lm_head. Only
 the KV write matters while off. The step's other outputs, the draft's hidden state and next-token
 logits, seed the first draft step after speculation returns and nothing else: a steps-0 verify
-reads only the bonus tokens (eagle_worker_v2.py:1200-1210). On the 8B shape that draft extend was
-most of what the off state still cost against a plain server
+reads only the bonus tokens (eagle_worker_v2.py:1162-1165, 1240). On the 8B shape that draft
+extend was most of what the off state still cost against a plain server
 (benchmark/results/2026-11-30-offpath-8b-skip-draft-extend).
 
 So the one-token draft-extend graph is captured with the last decoder layer's MLP and the lm_head

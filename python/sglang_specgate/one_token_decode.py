@@ -35,7 +35,7 @@ def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
     ``seq_lens``, TARGET_VERIFY batches do not (the spec-v2 convention). The draft's extend
     reads one entry, its first: while off, its attention output feeds nothing but the first
     draft step after re-enabling (a steps-0 verify reads only the bonus tokens,
-    eagle_worker_v2.py:1162-1165 and 1237), which the KV-only state leaves approximate anyway
+    eagle_worker_v2.py:1162-1165, 1240), which the KV-only state leaves approximate anyway
     (kv_only_draft.py). What the off state keeps current is the draft KV, and the backend
     writes it to ``out_cache_loc`` (triton_backend.py forward_decode), which the metadata does
     not touch. So the draft stops reading its whole context on every plain step.

@@ -13,26 +13,41 @@ from pathlib import Path
 
 import pytest
 
-from servers import REPO, SHAPE, SPEC_FLAGS, Server  # first: it puts benchmark/ on sys.path
+from servers import KV_PROBE_OFFSET, REPO, SHAPE, SPEC_FLAGS, Server  # first: it puts benchmark/ on sys.path
 
 from model_pair import Design, make_design  # noqa: E402
 
 ACCEPT_LENGTH, SEED = 2.2, 0
 
 
-@pytest.fixture(scope="session")
-def model_pair(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("pair")
+def write_pair(root: Path, *extra: str) -> Path:
     subprocess.run([sys.executable, str(REPO / "benchmark" / "model_pair.py"), str(root),
                     "--shape", SHAPE, "--accept-length", str(ACCEPT_LENGTH), "--seed", str(SEED),
-                    "--device", "cuda"], check=True)
+                    "--device", "cuda", *extra], check=True)
     return root
+
+
+@pytest.fixture(scope="session")
+def model_pair(tmp_path_factory) -> Path:
+    return write_pair(tmp_path_factory.mktemp("pair"))
+
+
+@pytest.fixture(scope="session")
+def probe_pair(tmp_path_factory) -> Path:
+    """The same target with a draft whose proposals are noise while its KV cache entry
+    KV_PROBE_OFFSET tokens back is stale."""
+    return write_pair(tmp_path_factory.mktemp("probe-pair"), "--kv-probe-offset", str(KV_PROBE_OFFSET))
 
 
 @pytest.fixture(scope="session")
 def design() -> Design:
     """The pair's language, drawn on the CPU from the seed: what every server must emit greedily."""
     return make_design(SHAPE, ACCEPT_LENGTH, SEED)
+
+
+@pytest.fixture(scope="session")
+def probe_design() -> Design:
+    return make_design(SHAPE, ACCEPT_LENGTH, SEED, KV_PROBE_OFFSET)
 
 
 @pytest.fixture(scope="session")
@@ -48,11 +63,13 @@ def servers() -> list[Server]:
 def start_server(model_pair, servers, tmp_path_factory):
     log_dir = Path(os.environ.get("SPECGATE_GPU_LOGS", tmp_path_factory.mktemp("logs")))
 
-    def start(name: str, *, spec: bool, extra: tuple[str, ...] = (), tp: int = 1) -> Server:
-        argv = ["--model-path", str(model_pair / "target")]
+    def start(name: str, *, spec: bool, extra: tuple[str, ...] = (), tp: int = 1,
+              pair: Path | None = None, env: dict[str, str] | None = None) -> Server:
+        pair = pair or model_pair
+        argv = ["--model-path", str(pair / "target")]
         if spec:
-            argv += SPEC_FLAGS + ["--speculative-draft-model-path", str(model_pair / "draft")]
-        server = Server(name, argv + list(extra), 30100 + len(servers), log_dir, tp)
+            argv += SPEC_FLAGS + ["--speculative-draft-model-path", str(pair / "draft")]
+        server = Server(name, argv + list(extra), 30100 + len(servers), log_dir, tp, env)
         servers.append(server)
         return server
 

@@ -15,6 +15,9 @@ sys.path.insert(0, str(REPO / "benchmark"))
 import sweep  # noqa: E402  (the benchmark's server and /server_info helpers)
 SHAPE = os.environ.get("SPECGATE_GPU_SHAPE", "1b")
 THRESHOLD = 8
+# The KV-probe pair's draft reads its KV cache this many tokens back (model_pair.add_kv_probe):
+# fewer than the tokens a burst keeps the gate off, more than the 10 steps a re-enable may take.
+KV_PROBE_OFFSET = 16
 BURST_GAP_S = 0.5
 SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
@@ -28,12 +31,14 @@ COMMON_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch"
 
 
 class Server:
-    def __init__(self, name: str, argv: list[str], port: int, log_dir: Path, tp: int = 1):
+    def __init__(self, name: str, argv: list[str], port: int, log_dir: Path, tp: int = 1,
+                 env: dict[str, str] | None = None):
         self.url = f"http://127.0.0.1:{port}"
         self.log = log_dir / f"server-{name}.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sglang.launch_server", *argv, *COMMON_FLAGS,
              "--tp-size", str(tp), "--host", "127.0.0.1", "--port", str(port)],
+            env={**os.environ, **(env or {})},
             stdout=self.log.open("w"), stderr=subprocess.STDOUT,
             start_new_session=True,  # stop() signals the whole group (schedulers included)
         )

@@ -15,7 +15,8 @@ import random
 import pytest
 import torch
 
-from servers import THRESHOLD, ramping_load
+from servers import KV_PROBE_OFFSET, THRESHOLD, ramping_load
+from sglang_specgate.reenable import WINDOW_STEPS
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -92,13 +93,57 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
     assert state["off_draft_extend"] == "kv-only"
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
     assert state["decode_steps_spec"] > 0 and state["decode_steps_plain"] > 0
-    # Warm re-enable: the draft KV was kept current while off (the hidden state only
-    # approximately, kv_only_draft.py), so
-    # acceptance is back to its pre-off level within 10 speculative steps.
+    # Acceptance is back to its pre-off level within 10 speculative steps. This pair's draft
+    # ignores its KV cache (o_proj = 0), so that only shows the first steps' recovery; whether
+    # the KV cache was kept current is the KV-probe tests' question.
     episodes = state["reenable_acceptance"]["recent"]
     assert episodes, state
     for episode in episodes:
         assert episode["steps_to_recover"] is not None, episode
+
+
+def walk_prompts(design, seed: int = 2) -> list[list[int]]:
+    """Prompts along the pair's walk, at least KV_PROBE_OFFSET + 1 tokens: the KV probe's heads
+    cancel only where the context follows the walk (model_pair.add_kv_probe)."""
+    rng = random.Random(seed)
+    starts = [int(design.walk_tokens[rng.randrange(len(design.walk_tokens))]) for _ in range(N_PROMPTS)]
+    return [[t] + design.continuation(t, rng.randrange(KV_PROBE_OFFSET, 200)) for t in starts]
+
+
+def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None) -> list[dict]:
+    """Greedy ramping load on the KV-probe pair; the re-enable episodes the gate recorded."""
+    server = start_server(name, spec=True, pair=probe_pair, env=env, extra=(
+        "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
+    try:
+        prompts = walk_prompts(probe_design)
+        results = ramping_load(server, prompts, long_tokens=LONG_TOKENS, short_tokens=SHORT_TOKENS,
+                               bursts=BURSTS, temperature=0.0, ignore_eos=True)
+        state = server.gate_state()
+    finally:
+        server.stop()
+    expected = [probe_design.continuation(p[-1], LONG_TOKENS if i < 4 else SHORT_TOKENS)
+                for i, p in enumerate(prompts)]
+    assert not mismatches([r["output_ids"] for r in results], expected)
+    print(name, "re-enables:", json.dumps(state["reenable_acceptance"]))
+    episodes = [e for e in state["reenable_acceptance"]["recent"] if len(e["after"]) == WINDOW_STEPS]
+    assert episodes, f"no re-enable with {WINDOW_STEPS} speculative steps after it: {state}"
+    return episodes
+
+
+def test_reenable_is_warm_for_a_draft_that_reads_its_kv_cache(start_server, probe_pair, probe_design):
+    # The long requests decode a whole burst (48 tokens) with speculation off; right after
+    # re-enabling, their draft reads entries KV_PROBE_OFFSET back that were written while off.
+    for episode in probe_reenables(start_server, probe_pair, probe_design, "probe-gated"):
+        assert episode["before"] >= 1.5, episode  # the probe pair speculates as designed
+        assert episode["steps_to_recover"] is not None, episode  # within WINDOW_STEPS = 10
+
+
+def test_kv_probe_sees_a_stale_draft_kv_cache(start_server, probe_pair, probe_design):
+    # The control: upstream's switch that skips the off state's draft extend leaves those
+    # entries unwritten, and acceptance stays low for about KV_PROBE_OFFSET steps, past the window.
+    episodes = probe_reenables(start_server, probe_pair, probe_design, "probe-gated-cold",
+                               env={"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"})
+    assert any(e["steps_to_recover"] is None for e in episodes), episodes
 
 
 @pytest.fixture(scope="module")
