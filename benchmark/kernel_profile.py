@@ -4,8 +4,9 @@
 ``--profile-steps`` forward steps of steady decode at batch C, and with ``--profile-prefill`` one
 wave of C requests sent at once. ``summarize_trace`` turns a trace into ``profile-<config>.json``
 or ``profile-prefill-<config>.json``: kernels summed by name and family, GPU busy time per step
-(a wave counts as one), and how busy the GPU was over the profiled span (idle gaps are CPU-side
-cost; meaningless for a wave, whose span includes the client's start).
+(a wave counts as one), how busy the GPU was over the profiled span (idle gaps are CPU-side
+cost; meaningless for a wave, whose span includes the client's start), and after which kernels
+the GPU sat idle.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import json
 from collections import Counter
 from pathlib import Path
 
-TOP_KERNELS = 12
+# Small kernels too: comparing two configurations kernel by kernel (the off state against plain)
+# needs them; 12 left out even the decode attention of a prefill wave's profile.
+TOP_KERNELS = 40
+# A pause between kernels longer than this is the GPU waiting (on the CPU, a sync, another
+# stream), not a launch inside a CUDA graph (~1 us apart).
+IDLE_GAP_US = 3.0
+IDLE_TOP = 8
 # Kernel families, by substrings of their names (Triton, FlashInfer, cuBLAS/nvjet, CUTLASS).
 FAMILIES = {
     "attention": ("_fwd_kernel", "_fwd_grouped_kernel", "attention", "flash", "fmha"),
@@ -29,6 +36,22 @@ def family(kernel_name: str) -> str:
         if any(n.lower() in name for n in needles):
             return fam
     return "other"
+
+
+def idle_after(kernels: list[dict], steps: int) -> list[dict]:
+    """GPU idle time per step, by the kernel that ran last before each pause: where a step waits.
+    Kernels of several streams may overlap; a pause is a gap in their union."""
+    idle_ms: Counter = Counter()
+    pauses: Counter = Counter()
+    end, last = None, None
+    for e in sorted(kernels, key=lambda e: e["ts"]):
+        if end is not None and e["ts"] - end > IDLE_GAP_US:
+            idle_ms[last] += (e["ts"] - end) / 1e3
+            pauses[last] += 1
+        if end is None or e["ts"] + e["dur"] >= end:
+            end, last = e["ts"] + e["dur"], e["name"]
+    return [{"after": name, "ms_per_step": ms / steps, "pauses_per_step": pauses[name] / steps}
+            for name, ms in idle_ms.most_common(IDLE_TOP)]
 
 
 def summarize_trace(trace: dict, steps: int) -> dict:
@@ -57,6 +80,7 @@ def summarize_trace(trace: dict, steps: int) -> dict:
             {"name": name, "ms_per_step": ms / steps, "calls_per_step": calls[name] / steps}
             for name, ms in by_name.most_common(TOP_KERNELS)
         ],
+        "idle_after": idle_after(kernels, steps),
     }
 
 

@@ -234,12 +234,17 @@ def profile_table(profiles: dict[str, dict], unit: str, with_busy: bool) -> str:
         fam = p["family_ms_per_step"]
         top = p["top_kernels"][0]
         versus = p["busy_ms_per_step"] / plain["busy_ms_per_step"] if plain else None
+        # profiles written before idle_after existed have none
+        idle = (p.get("idle_after") or [None])[0]
         rows.append([name, str(p["concurrency"]), fmt(p["busy_ms_per_step"], 2), fmt(versus, 3),
                      fmt(fam["attention"], 2), fmt(fam["gemm"], 2), fmt(fam["other"], 2),
                      *([f"{p['gpu_busy_fraction']:.0%}"] if with_busy else []),
-                     f"`{top['name'][:48]}` {fmt(top['ms_per_step'], 2)}"])
+                     f"`{top['name'][:48]}` {fmt(top['ms_per_step'], 2)}",
+                     *([f"`{idle['after'][:48]}` {fmt(idle['ms_per_step'], 3)}" if idle else "–"]
+                       if with_busy else [])])
     return md_table(["config", "batch", f"GPU ms/{unit}", "vs plain", "attention", "GEMM", "other",
-                     *(["GPU busy"] if with_busy else []), f"top kernel (ms/{unit})"], rows)
+                     *(["GPU busy"] if with_busy else []), f"top kernel (ms/{unit})",
+                     *([f"longest idle, after (ms/{unit})"] if with_busy else [])], rows)
 
 
 def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: float,

@@ -436,8 +436,20 @@ def test_kernel_profile_sums_kernels_by_name_and_family(tmp_path: Path) -> None:
     assert summary["family_ms_per_step"] == pytest.approx({"attention": 0.1, "gemm": 0.3, "other": 0.1})
     assert summary["top_kernels"][0] == {"name": "nvjet_sm90_tst_256x128", "ms_per_step": 0.3,
                                          "calls_per_step": 1.0}
+    # Between the steps the GPU waited 500 us after the elementwise kernel; back to back otherwise.
+    assert summary["idle_after"] == [{"after": "elementwise_kernel", "ms_per_step": 0.25,
+                                      "pauses_per_step": 0.5}]
     with pytest.raises(ValueError, match="no GPU kernels"):
         kernel_profile.summarize_trace({"traceEvents": trace["traceEvents"][:1]}, steps=1)
+
+
+def test_idle_after_counts_gaps_in_the_union_of_streams() -> None:
+    # The plan stream's kernel overlaps the main one: no pause until after the longer one ends;
+    # a 2 us gap is a launch inside a graph, not idle time.
+    kernels = [kernel("main", 0, 100), kernel("plan", 50, 250), kernel("next", 310, 90),
+               kernel("graph_node", 402, 10)]
+    assert kernel_profile.idle_after(kernels, steps=1) == [
+        {"after": "plan", "ms_per_step": pytest.approx(0.01), "pauses_per_step": 1.0}]
 
 
 def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
@@ -453,7 +465,8 @@ def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
     write("profile-prefill-gate-4.json", 2200, config="gate-4", phase="prefill")
     text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     decode = text[text.index("## Decode step profile"):text.index("## Prefill wave profile")]
-    assert "| gate-4 | 16 | 1.00 | 1.250 | 0.80 | 0.20 | 0.00 | 83% | `_fwd_kernel` 0.80 |" in decode
+    assert ("| gate-4 | 16 | 1.00 | 1.250 | 0.80 | 0.20 | 0.00 | 83% | `_fwd_kernel` 0.80 | "
+            "`_fwd_kernel` 0.200 |") in decode
     prefill = text[text.index("## Prefill wave profile"):]
     assert "| GPU ms/wave | vs plain |" in prefill and "GPU busy" not in prefill.split("\n\n")[1]
     assert "| gate-4 | 16 | 2.40 | 1.200 | 2.20 | 0.20 | 0.00 | `_fwd_kernel` 2.20 |" in prefill
