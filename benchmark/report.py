@@ -264,7 +264,9 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "with the batch at >= 90 % of C (`decode_log.py`), without the drain at the "
                   "end of a level, where the batch falls under N and the gate speculates again. "
                   "mean TTFT: mostly prefill, which a speculative server runs for the draft too, "
-                  "whatever the gate's state."]
+                  "whatever the gate's state. With speculation off, as in plain, every request "
+                  "emits one token a step, so a level's requests finish together and their "
+                  "successors' prefills queue in waves; always-on speculation spreads them out."]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
     if "decode" in res.profiles:
