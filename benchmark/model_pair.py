@@ -311,7 +311,10 @@ def add_kv_probe(attn: dict, design: Design, prefix: str, device: str) -> None:
     value_a = torch.randint(0, 2, (hd, d), generator=gen).to(torch.bfloat16) * 2 - 1
     value_b = torch.empty_like(value_a)
     value_b[:, ahead] = value_a
-    mix = (torch.randn(d, hd, generator=gen) * (_bf16(math.sqrt(d)) / (x * math.sqrt(hd / 2)))).to(torch.bfloat16)
+    # M: two values differ by +-2x on about half their entries, which M turns into ~2 * HID per
+    # hidden coordinate.
+    hid = draft_mlp_scales(d)[0]
+    spread = (torch.randn(d, hd, generator=gen) * (hid / (x * math.sqrt(hd / 2)))).to(torch.bfloat16)
 
     def put(name: str, rows: slice, block: torch.Tensor) -> None:
         weight = attn[f"{prefix}.{name}.weight"]
@@ -327,7 +330,7 @@ def add_kv_probe(attn: dict, design: Design, prefix: str, device: str) -> None:
     put("v_proj", kv_a, value_a)
     put("v_proj", kv_b, value_b)
     o_proj = attn[f"{prefix}.o_proj.weight"]
-    o_proj[:, head_a], o_proj[:, head_b] = mix.to(device), (-mix).to(device)
+    o_proj[:, head_a], o_proj[:, head_b] = spread.to(device), (-spread).to(device)
 
 
 def draft_tensors(design: Design, device: str) -> dict[str, torch.Tensor]:
