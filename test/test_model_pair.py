@@ -20,6 +20,7 @@ SETTINGS = (1.3, 2.2, 3.2)
 SEED = 0
 D = mp.SHAPES["tiny"]["hidden_size"]
 HEAD_DIM = D // mp.SHAPES["tiny"]["num_attention_heads"]
+GROUP = mp.SHAPES["tiny"]["num_attention_heads"] // mp.SHAPES["tiny"]["num_key_value_heads"]
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +117,15 @@ def own_value_attention(w: dict, x: torch.Tensor) -> torch.Tensor:
     """Each row attends only to itself, so the output is its own v per head. The real kernel's
     output is some convex mix of v rows instead; without a KV probe, o_proj = 0 sends both to 0."""
     v = x @ w["midlayer.self_attn.v_proj.weight"].T
-    heads = mp.SHAPES["tiny"]["num_attention_heads"] // mp.SHAPES["tiny"]["num_key_value_heads"]
-    return v.unflatten(-1, (-1, HEAD_DIM)).repeat_interleave(heads, dim=-2).flatten(-2)
+    return v.unflatten(-1, (-1, HEAD_DIM)).repeat_interleave(GROUP, dim=-2).flatten(-2)
 
 
-def rotary(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Neox-style rotary per head (layers/rotary_embedding/base.py), in fp32."""
-    angles = positions[:, None].float() * mp.rope_inv_freq(HEAD_DIM)
+def rotary(x: torch.Tensor, positions: torch.Tensor, head_dim: int = HEAD_DIM) -> torch.Tensor:
+    """Neox-style rotary per head (layers/rotary_embedding/base.py), in fp32 (fp64 for fp64 x)."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    angles = positions[:, None].to(dtype) * mp.rope_inv_freq(head_dim).to(dtype)
     cos, sin = angles.cos()[:, None], angles.sin()[:, None]
-    x1, x2 = x.float().unflatten(-1, (-1, HEAD_DIM)).chunk(2, dim=-1)
+    x1, x2 = x.to(dtype).unflatten(-1, (-1, head_dim)).chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype).flatten(-2)
 
 
@@ -137,9 +138,8 @@ def keys_values(w: dict, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def causal_attention(w: dict, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Row t (position t) attends to cache rows 0..t: the draft extend over a whole sequence."""
     q = rotary(x @ w["midlayer.self_attn.q_proj.weight"].T, torch.arange(len(x)))
-    heads = mp.SHAPES["tiny"]["num_attention_heads"] // mp.SHAPES["tiny"]["num_key_value_heads"]
     q = q.float().unflatten(-1, (-1, HEAD_DIM))
-    k, v = (t.float().unflatten(-1, (-1, HEAD_DIM)).repeat_interleave(heads, dim=-2) for t in cache)
+    k, v = (t.float().unflatten(-1, (-1, HEAD_DIM)).repeat_interleave(GROUP, dim=-2) for t in cache)
     scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(HEAD_DIM)
     scores = scores.masked_fill(torch.ones(len(x), len(x), dtype=torch.bool).triu(1), -math.inf)
     out = torch.einsum("hts,shd->thd", scores.softmax(-1), v)
@@ -271,19 +271,15 @@ def test_kv_probe_draft_keeps_the_design_and_needs_its_kv_entry(probe_draft, wal
 @pytest.mark.parametrize("head_dim", [64, 128])  # the tiny and 1b heads, the 8b and 70b heads
 @pytest.mark.parametrize("offset", [0, PROBE_OFFSET])  # the probe's two heads
 def test_kv_probe_scores_peak_at_the_offset(head_dim, offset):
-    q0, k0 = mp.probe_query_key(head_dim, offset)
-    inv = mp.rope_inv_freq(head_dim).double()
-
-    def rotate(x, positions):
-        angles = positions[:, None].double() * inv
-        x1, x2 = x.double().chunk(2)
-        return torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], -1)
-
+    q0, k0 = (v.double() for v in mp.probe_query_key(head_dim, offset))
     m = torch.tensor([offset, 300, 2000, mp.MAX_POSITIONS - 1])  # query positions
-    scores = rotate(q0, m) @ rotate(k0, torch.arange(mp.MAX_POSITIONS)).T / math.sqrt(head_dim)
-    keys = torch.arange(mp.MAX_POSITIONS)[None]
+    keys = torch.arange(mp.MAX_POSITIONS)
+    q = rotary(q0.expand(len(m), -1), m, head_dim)
+    k = rotary(k0.expand(len(keys), -1), keys, head_dim)
+    scores = q @ k.T / math.sqrt(head_dim)
     probed = scores.gather(1, (m - offset)[:, None])[:, 0]
-    others = scores.masked_fill((keys > m[:, None]) | (keys == (m - offset)[:, None]), -math.inf)
+    others = scores.masked_fill((keys[None] > m[:, None]) | (keys[None] == (m - offset)[:, None]),
+                                -math.inf)
     assert (probed - others.max(-1).values).min() >= mp.PROBE_MARGIN - 1e-6
 
 
