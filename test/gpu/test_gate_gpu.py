@@ -42,18 +42,22 @@ def gated(start_server):
         "--speculative-gate-dwell-steps", "4", "--enable-metrics"))
 
 
-def greedy_run(server) -> list[list[int]]:
-    results = ramping_load(server, prompts(), long_tokens=LONG_TOKENS, short_tokens=SHORT_TOKENS,
+def greedy_run(server, load_prompts: list[list[int]]) -> list[list[int]]:
+    results = ramping_load(server, load_prompts, long_tokens=LONG_TOKENS, short_tokens=SHORT_TOKENS,
                            bursts=BURSTS, temperature=0.0, ignore_eos=True)
     return [r["output_ids"] for r in results]
 
 
-@pytest.fixture(scope="module")
-def designed_greedy(design) -> list[list[int]]:
+def designed_outputs(design, load_prompts: list[list[int]]) -> list[list[int]]:
     """What greedy_run must return: each prompt's continuation along the pair's walk, in the
     order ramping_load returns them (the four long requests first)."""
     return [design.continuation(p[-1], LONG_TOKENS if i < 4 else SHORT_TOKENS)
-            for i, p in enumerate(prompts())]
+            for i, p in enumerate(load_prompts)]
+
+
+@pytest.fixture(scope="module")
+def designed_greedy(design) -> list[list[int]]:
+    return designed_outputs(design, prompts())
 
 
 def mismatches(outputs: list[list[int]], expected: list[list[int]]) -> list[int]:
@@ -63,7 +67,7 @@ def mismatches(outputs: list[list[int]], expected: list[list[int]]) -> list[int]
 
 @pytest.fixture(scope="module")
 def gated_greedy(gated) -> list[list[int]]:
-    return greedy_run(gated)
+    return greedy_run(gated, prompts())
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +76,7 @@ def greedy_outputs(start_server, gated_greedy):
     for name, spec in (("plain", False), ("spec", True)):
         server = start_server(name, spec=spec)
         try:
-            outputs[name] = greedy_run(server)
+            outputs[name] = greedy_run(server, prompts())
         finally:
             server.stop()  # free the GPU for the next one
     return outputs
@@ -114,16 +118,13 @@ def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None)
     """Greedy ramping load on the KV-probe pair; the re-enable episodes the gate recorded."""
     server = start_server(name, spec=True, pair=probe_pair, env=env, extra=(
         "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
+    load_prompts = walk_prompts(probe_design)
     try:
-        prompts = walk_prompts(probe_design)
-        results = ramping_load(server, prompts, long_tokens=LONG_TOKENS, short_tokens=SHORT_TOKENS,
-                               bursts=BURSTS, temperature=0.0, ignore_eos=True)
+        outputs = greedy_run(server, load_prompts)
         state = server.gate_state()
     finally:
         server.stop()
-    expected = [probe_design.continuation(p[-1], LONG_TOKENS if i < 4 else SHORT_TOKENS)
-                for i, p in enumerate(prompts)]
-    assert not mismatches([r["output_ids"] for r in results], expected)
+    assert not mismatches(outputs, designed_outputs(probe_design, load_prompts))
     print(name, "re-enables:", json.dumps(state["reenable_acceptance"]))
     episodes = [e for e in state["reenable_acceptance"]["recent"] if len(e["after"]) == WINDOW_STEPS]
     assert episodes, f"no re-enable with {WINDOW_STEPS} speculative steps after it: {state}"
@@ -182,6 +183,6 @@ def test_tensor_parallel_matches_single_gpu(start_server, servers, designed_gree
     tp = tensor_parallel_size()
     gated_tp = start_server(f"gated-tp{tp}", spec=True, tp=tp, extra=(
         "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
-    mismatched = mismatches(greedy_run(gated_tp), designed_greedy)
+    mismatched = mismatches(greedy_run(gated_tp, prompts()), designed_greedy)
     assert not mismatched, f"TP={tp} differs from the designed output on requests {mismatched[:10]}"
     assert gated_tp.gate_state()["switches"] >= 2
