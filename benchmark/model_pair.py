@@ -442,12 +442,11 @@ def write_model(out: str, shards: Iterator[dict[str, torch.Tensor]], num_shards:
     write_tokenizer(out)
 
 
-def write_pair(root: str, shape: str, accept_length: float, seed: int, device: str,
-               kv_probe_offset: int = 0) -> dict:
-    design = make_design(shape, accept_length, seed, kv_probe_offset)
-    target_cfg, draft_cfg = model_configs(shape)
+def write_pair(root: str, design: Design, device: str) -> dict:
+    target_cfg, draft_cfg = model_configs(design.shape)
     # The target depends on shape and seed only: a sweep over accept lengths rewrites the draft.
-    target_cfg["model_pair"] = {"shape": shape, "seed": seed, "format": FORMAT_VERSION}
+    target_cfg["model_pair"] = {"shape": design.shape, "seed": design.seed,
+                                "format": FORMAT_VERSION}
     tdir, ddir = f"{root}/target", f"{root}/draft"
     t0 = time.perf_counter()
     try:
@@ -458,7 +457,7 @@ def write_pair(root: str, shape: str, accept_length: float, seed: int, device: s
     if reuse:
         print(f"target: kept {tdir} (same shape and seed)")
     else:
-        num_shards = math.ceil(SHAPES[shape]["num_hidden_layers"] / LAYERS_PER_SHARD)
+        num_shards = math.ceil(design.dims["num_hidden_layers"] / LAYERS_PER_SHARD)
         write_model(tdir, target_shards(design, device), num_shards, target_cfg)
         print(f"target: wrote {tdir} in {time.perf_counter() - t0:.1f} s")
     t1 = time.perf_counter()
@@ -489,8 +488,11 @@ def main(argv: list[str] | None = None) -> dict:
                     help="where the tensors are built (default: cuda if available)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    s = write_pair(args.dir, args.shape, args.accept_length, args.seed, args.device,
-                   args.kv_probe_offset)
+    try:  # the flags' ranges, checked where the design is made: an error line, no traceback
+        design = make_design(args.shape, args.accept_length, args.seed, args.kv_probe_offset)
+    except ValueError as e:
+        ap.error(str(e))
+    s = write_pair(args.dir, design, args.device)
     print(f"design: accept length {s['mean_accept_length']:.3f} over all starts "
           f"(asked {args.accept_length}, q={s['q']:.3f}, good {s['good_fraction']:.3f}), "
           f"simulated serving {s['simulated_serving_accept_length']:.3f}; "

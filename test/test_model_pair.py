@@ -220,6 +220,18 @@ def test_draft_accept_length(pairs, walk_run, accept_length):
 PROBE_OFFSET = 16
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--accept-length", "9"], "--accept-length must be in [1, 4], got 9.0"),
+    (["--accept-length", "2.2", "--kv-probe-offset", "-3"], "--kv-probe-offset must be in [0, 8192), got -3"),
+])
+def test_out_of_range_flags_are_usage_errors(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_info:
+        mp.main([str(tmp_path / "pair"), "--shape", "tiny", *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "pair").exists()  # nothing written
+
+
 @pytest.fixture(scope="module")
 def probe_draft(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("probe")
