@@ -105,7 +105,7 @@ def test_verify_results_are_paired_with_their_decisions_in_launch_order():
     assert episode["after"] == [2.0]
 
 
-def test_the_plain_state_captures_its_draft_extend_graph_one_token_wide(plugins_loaded, eagle_argv):
+def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split_wide(plugins_loaded, eagle_argv):
     """While upstream builds the steps-0 state it calls the target runner's
     ``_get_attention_backend`` and the draft worker's ``_capture_cuda_graphs``
     (eagle_worker_v2.py:1313-1321). Both need a GPU, so stand-ins play them here; the
@@ -115,7 +115,7 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_wide(plugins_
 
     server_args = prepare_server_args(eagle_argv + ["--speculative-disable-batch-threshold", "8"])
     backend_class = type("TritonAttnBackend", (), {})  # stands in for the verified backend
-    seen_widths = []
+    seen_widths, seen_splits = [], []
 
     class DraftWorker:
         draft_runner = type("DraftRunner", (), {"server_args": server_args, "model": kv_trimmable_draft()})()
@@ -123,6 +123,7 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_wide(plugins_
 
         def _capture_cuda_graphs(self):
             seen_widths.append(server_args.speculative_num_draft_tokens)
+            seen_splits.append(self.draft_extend_attn_backend.max_kv_splits)
 
     class TargetRunner:
         def _get_attention_backend(self, init_new_workspace=False):
@@ -136,6 +137,10 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_wide(plugins_
         worker._draft_worker._capture_cuda_graphs()
 
     assert seen_widths == [1]
+    # The draft's attention reads one entry: its graph is captured one KV split wide; the
+    # target's verify reads the whole context and keeps the server's split count.
+    assert seen_splits == [1]
+    assert not hasattr(target_backend, "max_kv_splits")
     assert server_args.speculative_num_draft_tokens == 4  # restored for the speculative state
     assert worker.fast_off_path is True
     assert worker.off_draft_extend == "kv-only"

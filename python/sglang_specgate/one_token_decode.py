@@ -59,6 +59,19 @@ def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
     return view
 
 
+def read_one_entry(backend) -> None:
+    """Launch a converted backend's split-KV decode one split wide: for the off state's draft
+    extend, which reads one KV entry per request (``as_decode_batch``).
+
+    Triton launches the split-KV grid ``max_kv_splits`` wide whatever the length read, and the
+    extra splits only launch empty blocks: that one-token attention cost 36 us a step, over half
+    of a target layer's 62 us (8B, batch 64: benchmark/results/2026-11-30-offcost-8b-2.2).
+    Call it before the backend allocates its split buffers (graph capture, or each eager
+    forward's metadata): the kernel asserts they are ``max_kv_splits`` wide.
+    """
+    backend.max_kv_splits = 1
+
+
 def is_one_token_spec_forward(forward_batch: ForwardBatch) -> bool:
     """The forwards the steps-0 state runs with one token per request. The same backend
     instance also serves that state's prefills (EXTEND), which must keep their kernels."""

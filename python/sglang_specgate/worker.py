@@ -26,7 +26,7 @@ from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.observability import SwitchLog
-from sglang_specgate.one_token_decode import use_decode_kernels
+from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.reenable import ReenableAcceptance
 
@@ -168,8 +168,11 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         capture_draft_graphs = draft_worker._capture_cuda_graphs
 
         def capture_one_token_draft_graphs():
-            if draft_worker.draft_extend_attn_backend is not None:
-                converted.append(use_decode_kernels(draft_worker.draft_extend_attn_backend))
+            draft_backend = draft_worker.draft_extend_attn_backend
+            if draft_backend is not None:
+                converted.append(use_decode_kernels(draft_backend))
+                if converted[-1]:
+                    read_one_entry(draft_backend)
             # Upstream sizes the draft-extend graph from the server's static draft width
             # (resolve_num_tokens_per_req reads server_args.speculative_num_draft_tokens,
             # eagle_draft_extend_cuda_graph_runner.py:133), so its steps-0 graph is captured
