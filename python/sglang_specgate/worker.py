@@ -7,10 +7,10 @@ the draft KV cache current, so re-enabling is warm), changed in two ways while i
 its attention backends answer those one-token forwards with their decode kernels
 (one_token_decode.py; upstream runs them through prefill-style kernels, most of its steps-0
 cost), and its draft extend is captured as a CUDA graph one token wide, the width it runs at,
-that only writes the draft's KV cache (kv_only_draft.py).
+that only writes the draft's KV cache (kv_only_draft.py) and reads one entry (one KV split).
 Switching is upstream's ``AdaptiveController`` swapping pre-captured runtime states, driven by
 our policy instead of its acceptance EMA. What the off state still costs against a plain
-server: benchmark/results/2026-11-30-offpath-8b.
+server: benchmark/results/2026-11-30-offcost-8b-2.2.
 """
 
 from __future__ import annotations
