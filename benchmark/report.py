@@ -263,10 +263,9 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "steady decode: the median throughput of the scheduler's decode log lines "
                   "with the batch at >= 90 % of C (`decode_log.py`), without the drain at the "
                   "end of a level, where the batch falls under N and the gate speculates again. "
-                  "mean TTFT: mostly prefill, which a speculative server runs for the draft too, "
-                  "whatever the gate's state. With speculation off, as in plain, every request "
-                  "emits one token a step, so a level's requests finish together and their "
-                  "successors' prefills queue in waves; always-on speculation spreads them out."]
+                  "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
+                  "draft over the prompt too; its TTFT has come out above plain's by more than "
+                  "that GPU time (benchmark/results/2026-11-30-offcost-8b-2.2)."]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
     if "decode" in res.profiles:
