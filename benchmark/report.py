@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+import ttft_stages
+
 BASELINES = ("plain", "spec")
 
 
@@ -226,6 +228,23 @@ def versus_plain_table(res: Results) -> str:
                      "steady decode tok/s vs plain", "mean TTFT vs plain"], rows)
 
 
+def ttft_stages_table(res: Results) -> str:
+    """Each closed level's server-side mean per request of the TTFT stages, against plain's."""
+    rows_with_stages = [row for row in res.gate.values() if row.get("ttft_stages")]
+    plain = {row["max_concurrency"]: row["ttft_stages"] for row in rows_with_stages
+             if config_of(row["tag"]) == "plain"}
+    rows = []
+    for row in rows_with_stages:
+        name, c = config_of(row["tag"]), row["max_concurrency"]
+        cells = []
+        for stage in ttft_stages.STAGES:
+            value, base = row["ttft_stages"].get(stage), plain.get(c, {}).get(stage)
+            versus = f" ({value / base:.2f}×)" if name != "plain" and value and base else ""
+            cells.append(fmt(value) + versus)
+        rows.append([name, str(c), *cells])
+    return md_table(["config", "C", *(f"{stage} ms" for stage in ttft_stages.STAGES)], rows)
+
+
 def profile_table(profiles: dict[str, dict], unit: str, with_busy: bool) -> str:
     """GPU kernel time per ``unit`` (a decode step, a prefill wave) of each configuration."""
     plain = profiles.get("plain")
@@ -266,6 +285,13 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
                   "draft over the prompt too; its TTFT has come out above plain's by more than "
                   "that GPU time (benchmark/results/2026-11-30-offcost-8b-2.2)."]
+    if any(row.get("ttft_stages") for row in res.gate.values()):
+        parts += ["## Time to first token by stage, server side (`--ttft-stages`)",
+                  ttft_stages_table(res),
+                  "Means per request over each level, from SGLang's histograms "
+                  "(`ttft_stages.py`). queue: waiting to join a batch; prefill: from joining one "
+                  "until the scheduler processed its prefill's result; ttft: the tokenizer "
+                  "manager's, the server's whole share. In brackets: against plain at that C."]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
     if "decode" in res.profiles:

@@ -49,6 +49,7 @@ import find_threshold
 import kernel_profile
 import prompts
 import serving_session
+import ttft_stages
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate")
@@ -387,6 +388,7 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     run.record(cmd)
     reset_accept_length(run, url)
     before = gate_snapshot(url)
+    stages_before = stage_totals(run)
     server_log = run.logs / f"server-{config.name}.log"
     log_offset = server_log.stat().st_size
     if client.run(serving_session.arguments_of(cmd), run.logs / f"bench-{config.name}-c{c}.log") != 0:
@@ -394,8 +396,18 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
         return
     after = gate_snapshot(url)
     steady = decode_log.steady_throughput(decode_log.read_from(server_log, log_offset), c)
-    run.gate_row(tag, config.name, before, after, max_concurrency=c, steady_decode=steady)
+    stages = (ttft_stages.mean_ms(stages_before, stage_totals(run))
+              if stages_before is not None else None)
+    run.gate_row(tag, config.name, before, after, max_concurrency=c, steady_decode=steady,
+                 ttft_stages=stages)
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
+
+
+def stage_totals(run: Run) -> Optional[ttft_stages.Totals]:
+    """With ``--ttft-stages``, the server's TTFT-stage histogram totals (ttft_stages.py)."""
+    if not run.args.ttft_stages:
+        return None
+    return ttft_stages.totals(http_request(base_url(run.args) + "/metrics").decode())
 
 
 def last_gen_throughput(url: str) -> float:
@@ -668,6 +680,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=20, help="forward steps to profile")
     p.add_argument("--profile-output-len", type=int, default=2048,
                    help="output tokens of the profiled requests: decode must outlast the profile")
+    p.add_argument("--ttft-stages", action="store_true",
+                   help="serve with --enable-metrics and record each closed level's mean queue, "
+                        "prefill and TTFT per request from SGLang's histograms (ttft_stages.py)")
     p.add_argument("--profile-prefill", action="store_true",
                    help="also profile a wave of --profile-concurrency requests sent at once to "
                         "the idle server: its prefill (profile-prefill-*.json)")
@@ -677,7 +692,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--run-dir", type=Path, help="results directory (overrides --name)")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = p.parse_args(ours)
-    args.server_flags = server_flags
+    # The histograms --ttft-stages reads exist only with metrics on, on every server alike.
+    args.server_flags = [*server_flags, "--enable-metrics"] if args.ttft_stages else server_flags
     args.configs = [c for c in args.configs.split(",") if c]
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     if not set(args.scenarios) <= {"closed", "bursty"}:

@@ -25,6 +25,7 @@ import find_threshold  # noqa: E402
 import prompts  # noqa: E402
 import report  # noqa: E402
 import sweep  # noqa: E402
+import ttft_stages  # noqa: E402
 
 # --------------------------------------------------------------------------- prompts
 
@@ -349,10 +350,12 @@ def run_dir(tmp_path: Path) -> Path:
          "before": {}, "after": {},
          "delta": {"decode_steps_spec": 100 if c <= 4 else 3, "decode_steps_plain":
                    0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2},
-         "steady_decode": {"lines": 9, "median_tok_s": 2880.0} if c == 16 else None}
+         "steady_decode": {"lines": 9, "median_tok_s": 2880.0} if c == 16 else None,
+         "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None}
         for c in GATE
     ] + [{"tag": "plain,c=16", "config": "plain", "max_concurrency": 16, "before": None,
-          "after": None, "delta": None, "steady_decode": {"lines": 9, "median_tok_s": 3000.0}}
+          "after": None, "delta": None, "steady_decode": {"lines": 9, "median_tok_s": 3000.0},
+          "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None}}
     ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
           "after": {}, "delta": {"decode_steps_spec": 50, "decode_steps_plain": 60,
                                  "switches": 4}}])
@@ -397,6 +400,57 @@ def test_report_tables(run_dir: Path) -> None:
     # steady decode 2880 / 3000; mean TTFT 60 / 50
     assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | 1.200 |" in text
     assert "| gate-4 | 8 | 0.987 | 1.014 | – | 1.200 |" in text  # no steady-state lines recorded
+
+
+def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    assert "## Time to first token by stage, server side" in text
+    assert "| plain | 16 | 12.0 | 30.0 | – |" in text
+    # no ratio where plain observed nothing
+    assert "| gate-4 | 16 | 12.0 (1.00×) | 45.0 (1.50×) | 60.0 |" in text
+
+
+def sglang_histograms(registry):
+    """SGLang's TTFT-stage histograms under their names and labels
+    (observability/metrics_collector.py), in a registry of their own."""
+    from prometheus_client import Histogram
+    labels = ["model_name", "engine_type"]
+    return {
+        "queue": Histogram("sglang:queue_time_seconds", "q", labels, registry=registry),
+        "stage": Histogram("sglang:per_stage_req_latency_seconds", "s", [*labels, "stage"],
+                           registry=registry),
+        "ttft": Histogram("sglang:time_to_first_token_seconds", "t", labels, registry=registry),
+    }
+
+
+def test_ttft_stages_means_between_two_reads_of_the_metrics_page() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    registry = CollectorRegistry()
+    hist = sglang_histograms(registry)
+    model = {"model_name": "m", "engine_type": "unified"}
+
+    def page() -> dict:
+        return ttft_stages.totals(generate_latest(registry).decode())
+
+    hist["queue"].labels(**model).observe(5.0)  # before the level: not counted
+    before = page()
+    for queue, prefill in ((0.010, 0.100), (0.030, 0.300)):
+        hist["queue"].labels(**model).observe(queue)
+        hist["stage"].labels(**model, stage="prefill_forward").observe(prefill)
+        hist["stage"].labels(**model, stage="request_process").observe(9.0)  # another stage
+    means = ttft_stages.mean_ms(before, page())
+    assert means["queue"] == pytest.approx(20.0)
+    assert means["prefill"] == pytest.approx(200.0)
+    assert means["ttft"] is None  # nothing observed in the level
+
+
+def test_ttft_stages_turn_metrics_on_for_every_server(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    sweep.main(sweep_args(tmp_path, "--configs", "plain,gate", "--thresholds", "4",
+                          "--concurrency", "4", "--scenarios", "closed", "--ttft-stages",
+                          "--dry-run"))
+    servers = [line for line in capsys.readouterr().out.splitlines() if "sglang.launch_server" in line]
+    assert len(servers) == 2 and all("--enable-metrics" in line for line in servers)
 
 
 def test_steady_decode_throughput_from_the_scheduler_log(tmp_path: Path) -> None:
