@@ -19,6 +19,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 sys.path.insert(0, str(BENCH))
 
+import cpu_profile  # noqa: E402
 import decode_log  # noqa: E402
 import kernel_profile  # noqa: E402
 import find_threshold  # noqa: E402
@@ -451,6 +452,28 @@ def test_ttft_stages_turn_metrics_on_for_every_server(tmp_path: Path,
                           "--dry-run"))
     servers = [line for line in capsys.readouterr().out.splitlines() if "sglang.launch_server" in line]
     assert len(servers) == 2 and all("--enable-metrics" in line for line in servers)
+
+
+# The shape py-spy 0.4 writes with --threads --idle -f raw (seen on a live process).
+PYSPY_RAW = """\
+thread (7): MainThread;<module> (launch.py:3);event_loop (/x/scheduler.py:1700);run_batch (/x/scheduler.py:1204);forward (/x/worker.py:40) 6
+thread (7): MainThread;<module> (launch.py:3);event_loop (/x/scheduler.py:1712);process_result (/x/scheduler.py:900) 3
+thread (7): MainThread;<module> (launch.py:3);event_loop (/x/scheduler.py:1700) 1
+thread (9): Thread-1 (watchdog);Thread._bootstrap (threading.py:1002);sleep (watchdog.py:12) 50
+"""
+
+
+def test_cpu_profile_shares_of_one_thread() -> None:
+    shares = cpu_profile.shares(PYSPY_RAW)
+    assert shares.samples == 10  # the watchdog thread is left out
+    loop, run_batch = "event_loop (scheduler.py)", "run_batch (scheduler.py)"
+    assert shares.percent(shares.inclusive, loop) == 100.0  # two lines of it count once
+    assert shares.percent(shares.inclusive, run_batch) == 60.0
+    assert shares.percent(shares.self_time, loop) == 10.0
+    text = cpu_profile.table({"plain": cpu_profile.shares(PYSPY_RAW, "Thread-1 (watchdog)"),
+                              "gate": shares}, top=2)
+    assert "| `<module> (launch.py)` | 0.0 / 0.0 | 100.0 / 0.0 |" in text
+    assert "plain: 50 samples · gate: 10 samples" in text
 
 
 def test_steady_decode_throughput_from_the_scheduler_log(tmp_path: Path) -> None:

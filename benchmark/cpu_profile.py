@@ -1,0 +1,98 @@
+"""Where a server process's Python time goes, from py-spy's raw samples.
+
+``py-spy record --threads --idle -f raw -p PID -o FILE`` writes one line per distinct stack:
+``thread (TID): NAME;frame;...;frame COUNT``, each frame ``function (file:line)``, outermost
+first. For one thread (the scheduler's event loop runs on its ``MainThread``) this gives each
+function's share of the samples: inclusive (anywhere on the stack) and self (on top). With
+``--idle``, waiting (on the GPU, a lock, a socket) counts too, so the shares are of wall time.
+
+Comparing a gated server's off steps with a plain server's under the same load shows which
+Python the off step adds: it runs a step near the GPU's pace at batch 64
+(benchmark/results/2026-11-30-offcost-8b-2.2), so its CPU time is its speed.
+
+    python benchmark/cpu_profile.py pyspy-idle-plain-c64.txt pyspy-idle-gate-9-c64.txt --top 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+
+
+@dataclass
+class Shares:
+    samples: int
+    inclusive: Counter  # function -> samples with it on the stack
+    self_time: Counter  # function -> samples with it on top
+
+    def percent(self, counter: Counter, function: str) -> float:
+        return 100 * counter[function] / self.samples if self.samples else 0.0
+
+
+def function_of(frame: str) -> str:
+    """``"run_batch (sglang/srt/managers/scheduler.py:1204)"`` -> ``"run_batch (scheduler.py)"``:
+    one entry per function, whatever line was running."""
+    match = FRAME.match(frame.strip())
+    if not match:
+        return frame.strip()
+    return f"{match['function']} ({Path(match['file']).name})"
+
+
+def shares(raw_text: str, thread: str = "MainThread") -> Shares:
+    """The samples of the threads named ``thread`` (all samples when py-spy ran without
+    ``--threads``)."""
+    inclusive: Counter = Counter()
+    self_time: Counter = Counter()
+    total = 0
+    for line in raw_text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        if frames[0].startswith("thread ("):
+            if frames[0].split(": ", 1)[-1] != thread:
+                continue
+            frames = frames[1:]
+        n = int(count)
+        total += n
+        functions = [function_of(f) for f in frames]
+        for function in set(functions):
+            inclusive[function] += n
+        if functions:
+            self_time[functions[-1]] += n
+    return Shares(total, inclusive, self_time)
+
+
+def table(profiles: dict[str, Shares], top: int) -> str:
+    """The ``top`` functions by inclusive share in the last profile, with every profile's
+    inclusive and self share."""
+    names = list(profiles)
+    ranked = [f for f, _ in profiles[names[-1]].inclusive.most_common(top)]
+    header = ["function"] + [f"{n} incl. % / self %" for n in names]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for function in ranked:
+        cells = [f"{p.percent(p.inclusive, function):.1f} / {p.percent(p.self_time, function):.1f}"
+                 for p in profiles.values()]
+        lines.append(f"| `{function}` | " + " | ".join(cells) + " |")
+    samples = " · ".join(f"{n}: {p.samples} samples" for n, p in profiles.items())
+    return "\n".join(lines) + f"\n\n{samples}\n"
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("raw", type=Path, nargs="+", help="py-spy raw files; the last one ranks")
+    p.add_argument("--thread", default="MainThread")
+    p.add_argument("--top", type=int, default=25)
+    args = p.parse_args(argv)
+    profiles = {path.stem: shares(path.read_text(), args.thread) for path in args.raw}
+    print(table(profiles, args.top), end="")
+
+
+if __name__ == "__main__":
+    main()
