@@ -83,18 +83,20 @@ HOOKS: tuple[Hook, ...] = (
         "server asked for the gate never runs without it. While upstream builds the "
         "steps-0 state, the subclass shadows two methods on their instances for that build "
         "only: the target runner's _get_attention_backend (its backends get decode kernels "
-        "for one-token forwards, the draft's reading one cached token, one_token_decode.py) "
-        "and the draft worker's "
-        "_capture_cuda_graphs (captured with speculative_num_draft_tokens overridden to 1, "
-        "and with the draft's last MLP and its LogitsProcessor._compute_lm_head replaced by "
-        "no-ops, kv_only_draft.py).",
+        "for one-token forwards, one_token_decode.py) and the draft worker's "
+        "_capture_cuda_graphs (its draft-extend backend gets decode kernels too, reading one "
+        "cached token, with max_kv_splits set to 1 before its buffers are allocated; captured "
+        "with speculative_num_draft_tokens overridden to 1, and with the draft's last MLP and "
+        "its LogitsProcessor._compute_lm_head replaced by no-ops, kv_only_draft.py).",
         upstream="srt/speculative/spec_info.py:284-298 (create_worker), "
         "speculative/eagle_worker_v2.py:1007 (EAGLEWorkerV2), :1299-1375 "
         "(build_adaptive_runtime_state), :339 (_capture_cuda_graphs); "
         "model_executor/model_runner.py:1226 (_get_attention_backend); "
         "speculative/eagle_draft_extend_cuda_graph_runner.py:133 (capture width), :285 "
         "(can_run_graph); layers/attention/triton_backend.py (forward_decode, "
-        "init_forward_metadata*); layers/logits_processor.py:707-754 (_get_logits, "
+        "init_forward_metadata*, :218 max_kv_splits, init_cuda_graph_state); "
+        "sglang/kernels/ops/attention/decode_attention.py:991 (max_kv_splits must equal "
+        "the split buffers' width); layers/logits_processor.py:707-754 (_get_logits, "
         "_compute_lm_head); models/llama_eagle3.py:81-110 (decoder layer: mlp last).",
         removal="When upstream's adaptive steps-0 state runs at plain-decode speed and "
         "accepts a policy object (0.5.23 AdaptiveSpecPolicy), a policy alone suffices.",

@@ -170,8 +170,9 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         def capture_one_token_draft_graphs():
             draft_backend = draft_worker.draft_extend_attn_backend
             if draft_backend is not None:
-                converted.append(use_decode_kernels(draft_backend))
-                if converted[-1]:
+                draft_converted = use_decode_kernels(draft_backend)
+                converted.append(draft_converted)
+                if draft_converted:
                     read_one_entry(draft_backend)
             # Upstream sizes the draft-extend graph from the server's static draft width
             # (resolve_num_tokens_per_req reads server_args.speculative_num_draft_tokens,
