@@ -90,6 +90,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--thread", default="MainThread")
     p.add_argument("--top", type=int, default=25)
     args = p.parse_args(argv)
+    missing = [str(path) for path in args.raw if not path.is_file()]
+    if missing:
+        p.error(f"no py-spy raw file at {', '.join(missing)}")
     profiles = {path.stem: shares(path.read_text(), args.thread) for path in args.raw}
     print(table(profiles, args.top), end="")
 

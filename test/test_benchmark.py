@@ -476,6 +476,13 @@ def test_cpu_profile_shares_of_one_thread() -> None:
     assert "plain: 50 samples · gate: 10 samples" in text
 
 
+def test_cpu_profile_names_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cpu_profile.main([str(tmp_path / "nope.txt")])
+    assert exit_info.value.code == 2
+    assert "no py-spy raw file at" in capsys.readouterr().err
+
+
 def test_steady_decode_throughput_from_the_scheduler_log(tmp_path: Path) -> None:
     def line(running: int, tok_s: float) -> str:  # SGLang 0.5.17's decode log line
         return (f"[2026-11-30 16:11:20] Decode batch, #running-req: {running}, #token: 12494, "
