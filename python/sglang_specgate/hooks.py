@@ -102,6 +102,24 @@ HOOKS: tuple[Hook, ...] = (
         "accepts a policy object (0.5.23 AdaptiveSpecPolicy), a policy alone suffices.",
     ),
     Hook(
+        target="sglang.srt.speculative.eagle_utils._eagle_prefill_tail_tokens",
+        kind="REPLACE",
+        implementation="sglang_specgate.chunked_prefill_tail:tail_tokens",
+        why="For a prefill batch that ends in a prompt chunk, upstream writes the draft's tail "
+        "token with a tensor item assignment: a copy from a host scalar and a stream "
+        "synchronize, blocking the scheduler (15.7 % of its time at 8B, C = 64, gate off). "
+        "The gate runs the speculative prefill whatever its state, so off paid it and plain "
+        "did not.",
+        how="The same tail tokens, with the chunked request's row written by fill_ with a "
+        "Python number (a kernel argument, no copy). SGLang's REPLACE also rebinds "
+        "eagle_worker_v2's imported name. Applies to every EAGLE server, gated or not.",
+        upstream="srt/speculative/eagle_utils.py:84-97 (_eagle_prefill_tail_tokens, PR "
+        "#26329); speculative/eagle_worker_v2.py:72 (import), :745 (_draft_extend_for_prefill); "
+        "managers/schedule_batch.py:1953 (chunked_req_next_prompt_token).",
+        removal="When upstream writes that row without a host copy: "
+        "test_the_chunk_tail_is_a_kernel_fill_not_a_host_copy fails then, by design.",
+    ),
+    Hook(
         target="sglang.srt.managers.scheduler.Scheduler.get_internal_state",
         kind="AFTER",
         implementation="sglang_specgate.observability:add_gate_state",
