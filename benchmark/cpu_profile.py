@@ -84,6 +84,13 @@ def table(profiles: dict[str, Shares], top: int) -> str:
     return "\n".join(lines) + f"\n\n{samples}\n"
 
 
+def column_names(paths: list[Path]) -> list[str]:
+    """Each file's name without suffix, or with its folder where two runs named theirs alike."""
+    stems = [path.stem for path in paths]
+    return [f"{path.parent.name}/{path.stem}" if stems.count(path.stem) > 1 else path.stem
+            for path in paths]
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("raw", type=Path, nargs="+", help="py-spy raw files; the last one ranks")
@@ -93,7 +100,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     missing = [str(path) for path in args.raw if not path.is_file()]
     if missing:
         p.error(f"no py-spy raw file at {', '.join(missing)}")
-    profiles = {path.stem: shares(path.read_text(), args.thread) for path in args.raw}
+    profiles = {name: shares(path.read_text(), args.thread)
+                for name, path in zip(column_names(args.raw), args.raw)}
     print(table(profiles, args.top), end="")
 
 

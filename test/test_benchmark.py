@@ -476,6 +476,11 @@ def test_cpu_profile_shares_of_one_thread() -> None:
     assert "plain: 50 samples · gate: 10 samples" in text
 
 
+def test_cpu_profile_keeps_alike_named_files_of_two_runs_apart() -> None:
+    paths = [Path("a/pyspy-plain.txt"), Path("a/pyspy-gate.txt"), Path("b/pyspy-gate.txt")]
+    assert cpu_profile.column_names(paths) == ["pyspy-plain", "a/pyspy-gate", "b/pyspy-gate"]
+
+
 def test_cpu_profile_names_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cpu_profile.main([str(tmp_path / "nope.txt")])
