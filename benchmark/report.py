@@ -283,8 +283,8 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "with the batch at >= 90 % of C (`decode_log.py`), without the drain at the "
                   "end of a level, where the batch falls under N and the gate speculates again. "
                   "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
-                  "draft over the prompt too; its TTFT has come out above plain's by more than "
-                  "that GPU time (benchmark/results/2026-11-30-offcost-8b-2.2)."]
+                  "draft over the prompt too (about 6 % more prefill GPU time at 8B; "
+                  "benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail)."]
     if any(row.get("ttft_stages") for row in res.gate.values()):
         parts += ["## Time to first token by stage, server side (`--ttft-stages`)",
                   ttft_stages_table(res),
