@@ -6,9 +6,10 @@ first. For one thread (the scheduler's event loop runs on its ``MainThread``) th
 function's share of the samples: inclusive (anywhere on the stack) and self (on top). With
 ``--idle``, waiting (on the GPU, a lock, a socket) counts too, so the shares are of wall time.
 
-Comparing a gated server's off steps with a plain server's under the same load shows which
-Python the off step adds: it runs a step near the GPU's pace at batch 64
-(benchmark/results/2026-11-30-offcost-8b-2.2), so its CPU time is its speed.
+Comparing a gated server's off steps with a plain server's under the same load shows what the
+off state adds on the CPU side: that is how the synchronize in SGLang's speculative prefill,
+which chunked_prefill_tail.py removes, was found
+(benchmark/results/2026-11-30-offcost-8b-2.2-one-split).
 
     python benchmark/cpu_profile.py pyspy-idle-plain-c64.txt pyspy-idle-gate-9-c64.txt --top 30
 """

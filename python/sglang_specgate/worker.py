@@ -10,7 +10,7 @@ cost), and its draft extend is captured as a CUDA graph one token wide, the widt
 that only writes the draft's KV cache (kv_only_draft.py) and reads one entry (one KV split).
 Switching is upstream's ``AdaptiveController`` swapping pre-captured runtime states, driven by
 our policy instead of its acceptance EMA. What the off state still costs against a plain
-server: benchmark/results/2026-11-30-offcost-8b-2.2.
+server: benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail.
 """
 
 from __future__ import annotations
