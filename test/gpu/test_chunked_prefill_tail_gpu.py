@@ -9,22 +9,20 @@ import torch
 from sglang.srt.speculative import eagle_utils
 
 from sglang_specgate.chunked_prefill_tail import tail_tokens
+from test_chunked_prefill_tail import Batch  # the CPU tests' stand-in (test/ is on sys.path)
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
-class Batch:
-    def __init__(self):
-        self.reqs = [object(), object(), object()]
-        self.chunked_req = self.reqs[1]
-        self.chunked_req_next_prompt_token = 7
-        self.input_ids = torch.zeros(1, dtype=torch.int64, device="cuda")
+def chunked_batch() -> Batch:
+    reqs = [object(), object(), object()]
+    return Batch(reqs, chunked_req=reqs[1], chunked_req_next_prompt_token=7)
 
 
 def test_only_sglangs_tail_write_synchronizes():
     sampled = torch.tensor([1, 2, 3], device="cuda")
-    ours, sglangs = Batch(), Batch()
+    ours, sglangs = chunked_batch(), chunked_batch()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
