@@ -8,9 +8,11 @@ its attention backends answer those one-token forwards with their decode kernels
 (one_token_decode.py; upstream runs them through prefill-style kernels, most of its steps-0
 cost), and its draft extend is captured as a CUDA graph one token wide, the width it runs at,
 that only writes the draft's KV cache (kv_only_draft.py) and reads one entry (one KV split).
-Switching is upstream's ``AdaptiveController`` swapping pre-captured runtime states, driven by
-our policy instead of its acceptance EMA. What the off state still costs against a plain
-server: benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail.
+Plain steps then hand their draft-extend rows to a buffer written in one replay every few
+steps (deferred_draft_kv.py) instead of replaying that graph each step. Switching is upstream's
+``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
+acceptance EMA. What the off state still costs against a plain server:
+benchmark/results/2026-11-30-offcost-8b-2.2-deferred-draft-kv.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import logging
 from collections import deque
 
 from sglang.srt.environ import envs
+from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
+from sglang_specgate.deferred_draft_kv import DeferredDraftKV, why_not_deferred
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
@@ -121,6 +125,10 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         self.fast_off_path = None  # known once the steps-0 state is built
         self.off_draft_extend = None  # "kv-only" or "full", known then too
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
+        self.deferred_draft_kv: DeferredDraftKV | None = None  # set when the steps-0 state is built
+        # Instance attribute: upstream's decode path calls the draft worker's method by name.
+        self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
+        self._draft_worker._draft_extend_for_decode = self._draft_extend_for_decode
         logger.info(
             "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
             "after %d steps <= %d",
@@ -136,6 +144,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             **self.gate.snapshot(),
             "fast_off_path": self.fast_off_path,
             "off_draft_extend": "skipped" if self.skips_off_draft_extend else self.off_draft_extend,
+            "deferred_draft_kv": self.deferred_draft_kv.snapshot() if self.deferred_draft_kv else None,
             "reenable_acceptance": self.gate_params.reenable_acceptance.snapshot(),
         }
 
@@ -147,9 +156,49 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
         with self._one_token_backends_use_decode_kernels():
-            return super().build_adaptive_runtime_state(
+            state = super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
+        runner = state.cuda_graph_runner_for_draft_extend
+        blocker = why_not_deferred(self.server_args, self._draft_worker, runner, self.fast_off_path)
+        if blocker:
+            logger.info("spec gate: plain steps extend the draft every step: %s", blocker)
+        else:
+            self.deferred_draft_kv = DeferredDraftKV(runner)
+        return state
+
+    def forward_batch_generation(self, batch, *args, **kwargs):
+        if self.deferred_draft_kv is not None and (batch.forward_mode.is_extend() or batch.is_extend_in_batch):
+            with self._draft_context():
+                self.deferred_draft_kv.write()  # the prefill's draft reads and writes the cache
+        return super().forward_batch_generation(batch, *args, **kwargs)
+
+    def activate_step_by_batch(self, batch_size: int) -> None:
+        super().activate_step_by_batch(batch_size)
+        if self.deferred_draft_kv is not None and self.speculative_num_steps != PLAIN_STEPS:
+            with self._draft_context():
+                self.deferred_draft_kv.write()  # the draft is about to read its cache
+
+    def _draft_extend_for_decode(self, batch, batch_result) -> None:
+        """The draft worker's per-step draft extend; plain steps defer theirs when they can.
+        Upstream calls it inside the draft's contexts."""
+        deferred = self.deferred_draft_kv
+        if deferred is not None:
+            if self.speculative_num_steps == PLAIN_STEPS and deferred.defer(batch, batch_result):
+                # Upstream's stand-ins for the draft outputs a plain step never reads.
+                self._stub_skipped_draft_extend(batch, batch_result)
+                return
+            deferred.write()  # rows this step cannot join go first
+        self._draft_extend_every_step(batch, batch_result)
+
+    def _draft_context(self):
+        """The contexts upstream runs every draft forward in (eagle_worker_v2.py:1189-1195)."""
+        stack = contextlib.ExitStack()
+        draft = self._draft_worker
+        stack.enter_context(draft.draft_tp_context(draft.draft_runner.tp_group))
+        stack.enter_context(speculative_moe_backend_context())
+        stack.enter_context(speculative_moe_a2a_backend_context())
+        return stack
 
     @contextlib.contextmanager
     def _one_token_backends_use_decode_kernels(self):

@@ -95,6 +95,9 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
     print("gate state after the greedy run:", json.dumps(state))  # the figures, with -s
     assert state["fast_off_path"] is True
     assert state["off_draft_extend"] == "kv-only"
+    # Plain steps buffered their draft-extend rows and wrote them together (deferred_draft_kv.py).
+    deferred = state["deferred_draft_kv"]
+    assert deferred["writes"] > 0 and deferred["rows_written"] > deferred["writes"], deferred
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
     assert state["decode_steps_spec"] > 0 and state["decode_steps_plain"] > 0
     # Acceptance is back to its pre-off level within 10 speculative steps. This pair's draft
@@ -125,7 +128,8 @@ def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None)
     finally:
         server.stop()
     assert not mismatches(outputs, designed_outputs(probe_design, load_prompts))
-    print(name, "re-enables:", json.dumps(state["reenable_acceptance"]))
+    print(name, "re-enables:", json.dumps(state["reenable_acceptance"]),
+          "deferred draft KV:", json.dumps(state["deferred_draft_kv"]))
     episodes = [e for e in state["reenable_acceptance"]["recent"] if len(e["after"]) == WINDOW_STEPS]
     assert episodes, f"no re-enable with {WINDOW_STEPS} speculative steps after it: {state}"
     return episodes

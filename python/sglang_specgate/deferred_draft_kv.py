@@ -1,0 +1,166 @@
+"""While speculation is off, write the draft's KV cache for several decode steps at once.
+
+Each plain step used to replay the one-token draft-extend graph (kv_only_draft.py) for that
+step's tokens alone: a second graph a step, with its own metadata, launch and Python, and the
+draft's weights read again for a few dozen rows. That was most of what being off still cost
+against a plain server (ITL +3-5 % at 8B, benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail).
+
+A row's draft KV depends only on what the row brings: its sampled token, the target's hidden
+state, its position and, while off, the one cached entry its attention reads
+(one_token_decode.read_one_entry). No row reads another pending row. So a plain step copies its
+rows' inputs into a buffer, and buffered rows are written together, each row a one-token
+pseudo-request, in one replay of the same graph, up to its largest captured batch.
+
+Buffered rows are written, in stream order, before anything reads or rewrites their draft KV:
+- before a speculative step's draft, which reads the cache;
+- at the start of any forward that is not a decode step (a prefill's draft reads and writes
+  the cache, and may reuse the slots of requests that have finished);
+- in a plain step whose batch no longer holds the buffered requests in order (requests may
+  join at its end), before that step's own rows are buffered. A slot leaves its request only
+  when the scheduler frees it (finished, retracted), after which the request leaves the decode
+  batch; a plain step reusing it writes only the target's KV there before the draft's, which
+  comes from its own row, buffered after the old one;
+- when the buffer is full.
+So finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
+reuse is complete.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+
+ONE_TOKEN = 1  # each buffered row is a one-token draft extend
+
+
+def why_not_deferred(server_args, draft_worker, runner, fast_off_path: bool) -> str | None:
+    """Why the off state keeps upstream's per-step draft extend here, or None to defer."""
+    if not fast_off_path:
+        return "the off state reads whole contexts (upstream kernels), so rows depend on each other"
+    if runner is None:
+        return "the one-token draft extend has no CUDA graph"
+    if runner.require_mlp_sync:
+        return "DP attention pads draft extends across ranks"
+    if runner.disable_padding:
+        return "--disable-cuda-graph-padding replays only captured sizes"
+    if runner.buffers.hidden_states is None:
+        return "the draft reads no target hidden states"
+    if getattr(draft_worker, "seed_dsa_topk_from_draft_extend", False):
+        return "the draft seeds its indexer from each draft extend"
+    if server_args.enable_hierarchical_cache:
+        return "HiCache writes KV slots outside forwards"
+    if server_args.disaggregation_mode != "null":
+        return "PD disaggregation transfers KV slots outside forwards"
+    return None
+
+
+class DeferredDraftKV:
+    """The off state's buffered draft-extend rows and their one-replay write."""
+
+    def __init__(self, runner):
+        self.runner = runner  # the off state's one-token draft-extend graph runner
+        self.capacity = runner.max_bs
+        hidden = runner.buffers.hidden_states
+        device = hidden.device
+
+        def index_buffer():
+            return torch.zeros((self.capacity,), dtype=torch.int64, device=device)
+
+        self.input_ids = index_buffer()
+        self.positions = index_buffer()
+        self.out_cache_loc = index_buffer()
+        self.req_pool_indices = index_buffer()
+        self.hidden_states = torch.zeros((self.capacity, hidden.shape[1]), dtype=hidden.dtype, device=device)
+        self.no_correct_drafts = torch.zeros((self.capacity,), dtype=torch.int32, device=device)
+        self.one_accepted_token = torch.ones((self.capacity,), dtype=torch.int32, device=device)
+        self.device_module = torch.get_device_module(device)
+        self.rows = 0
+        self.reqs: tuple = ()  # the last buffered step's requests, in batch order
+        self.rows_written = 0
+        self.writes = 0
+
+    def snapshot(self) -> dict:
+        return {
+            "rows_written": self.rows_written,
+            "writes": self.writes,
+            "rows_per_write": round(self.rows_written / self.writes, 2) if self.writes else None,
+            "capacity": self.capacity,
+        }
+
+    def holds_rows_of(self, reqs) -> bool:
+        """Whether a decode batch of ``reqs`` keeps every buffered request, in order."""
+        held = self.reqs
+        return len(reqs) >= len(held) and all(map(operator.is_, held, reqs))
+
+    def defer(self, batch, result) -> bool:
+        """Buffer a plain step's draft-extend rows; False, buffering nothing, if they do not fit
+        the graph or are not one token per request."""
+        bs = len(batch.reqs)
+        hidden = result.logits_output.hidden_states
+        if (
+            bs > self.capacity
+            or hidden is None
+            or tuple(hidden.shape) != (bs, self.hidden_states.shape[1])
+            or result.next_token_ids.numel() != bs
+            or batch.out_cache_loc.numel() != bs
+        ):
+            return False
+        if self.rows + bs > self.capacity or not self.holds_rows_of(batch.reqs):
+            self.write()
+        rows = slice(self.rows, self.rows + bs)
+        self.input_ids[rows].copy_(result.next_token_ids)
+        # Spec-v2 decode batches hold the length before this step's token: its position.
+        self.positions[rows].copy_(batch.seq_lens)
+        self.out_cache_loc[rows].copy_(batch.out_cache_loc)
+        self.req_pool_indices[rows].copy_(batch.req_pool_indices)
+        self.hidden_states[rows].copy_(hidden)
+        self.rows += bs
+        self.reqs = tuple(batch.reqs)
+        self._publish_read_done()
+        return True
+
+    def write(self) -> None:
+        """Write every buffered row's draft KV in one replay of the one-token graph."""
+        n = self.rows
+        if not n:
+            return
+        positions = self.positions[:n]
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.DRAFT_EXTEND_V2,
+            batch_size=n,
+            input_ids=self.input_ids[:n],
+            req_pool_indices=self.req_pool_indices[:n],
+            seq_lens=positions + ONE_TOKEN,  # the length after the row's write, as upstream
+            out_cache_loc=self.out_cache_loc[:n],
+            seq_lens_sum=None,
+            positions=positions,
+            spec_info=EagleDraftExtendInput(
+                hidden_states=self.hidden_states[:n],
+                num_correct_drafts=self.no_correct_drafts[:n],
+                num_accept_tokens=self.one_accepted_token[:n],
+                num_tokens_per_req=ONE_TOKEN,
+            ),
+            spec_algorithm=self.runner.model_runner.spec_algorithm,
+            capture_hidden_mode=CaptureHiddenMode.LAST,
+        )
+        # Only a step's last read of the batch's buffers may publish the read-done event
+        # (_publish_read_done); a write comes earlier in its step, or in a prefill, which
+        # publishes none and so gets the scheduler's wait for the whole forward.
+        read_done = self.runner.model_runner.war_fastpath_read_done_event
+        self.runner.execute(forward_batch)
+        self.runner.model_runner.war_fastpath_read_done_event = read_done
+        self.rows_written += n
+        self.writes += 1
+        self.rows = 0
+        self.reqs = ()
+
+    def _publish_read_done(self) -> None:
+        # The scheduler's next writes to the batch's shared buffers wait on the step's last
+        # read of them (scheduler.py _apply_war_barrier; upstream's draft-extend replay
+        # publishes it). Here that read is the copies above.
+        read_done = self.device_module.Event()
+        read_done.record()
+        self.runner.model_runner.war_fastpath_read_done_event = read_done

@@ -1,0 +1,290 @@
+"""The off state's buffered draft-extend rows: when they are written, and that one write hands
+SGLang's real draft-extend graph runner the rows of several plain steps in order.
+
+The runner is upstream's EAGLEDraftExtendCudaGraphRunner with its real ``can_run_graph`` and
+``execute`` (which copy the rows into its static buffers and pad the batch). Only what needs a
+GPU is stood in: the CUDA graph replay and the attention backend's metadata are recorded, and the
+buffers live on the CPU. test/gpu runs the real thing (re-enable warmth, greedy identity).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+import torch
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+from sglang_specgate.deferred_draft_kv import DeferredDraftKV, why_not_deferred
+from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
+
+HIDDEN = 6  # the target's aux hidden width the draft reads (3 layers x 2 here)
+CAPTURED = [1, 2, 4, 8]
+FILL = 1  # upstream's seq_len_fill_value for padded rows
+
+
+class Replays(list):
+    """Stands in for the CUDA graph: records what each replay would read."""
+
+
+def one_token_runner(captured=CAPTURED) -> EAGLEDraftExtendCudaGraphRunner:
+    runner = object.__new__(EAGLEDraftExtendCudaGraphRunner)
+    max_bs = max(captured)
+    runner.capture_bs = captured
+    runner.max_bs = max_bs
+    runner.captured_req_width = 1
+    runner.seq_len_fill_value = FILL
+    runner.require_mlp_tp_gather = runner.require_mlp_sync = runner.require_gathered_buffer = False
+    runner.disable_padding = False
+    runner.forward_mode = ForwardMode.DRAFT_EXTEND_V2
+    runner.device_module = torch.get_device_module("cpu")
+    runner.extend_seq_lens_cpu = [1] * max_bs
+    runner.deepep_adapter = SimpleNamespace(replay=lambda: None)  # DeepEP is GPU-only
+    runner.model_runner = SimpleNamespace(
+        spec_algorithm=SpeculativeAlgorithm.EAGLE3, device_timer=None, war_fastpath_read_done_event=None
+    )
+    # Upstream's buffer dtypes (eagle_draft_extend_cuda_graph_runner.py:150-190), on the CPU.
+    runner.buffers = SimpleNamespace(
+        input_ids=torch.zeros(max_bs, dtype=torch.int64),
+        req_pool_indices=torch.zeros(max_bs, dtype=torch.int64),
+        out_cache_loc=torch.zeros(max_bs, dtype=torch.int64),
+        positions=torch.zeros(max_bs, dtype=torch.int64),
+        hidden_states=torch.zeros(max_bs, HIDDEN, dtype=torch.bfloat16),
+        seq_lens=torch.full((max_bs,), FILL, dtype=torch.int64),
+        seq_lens_cpu=torch.full((max_bs,), FILL, dtype=torch.int64),
+        num_correct_drafts=torch.ones(max_bs, dtype=torch.int32),
+        num_accept_tokens=torch.ones(max_bs, dtype=torch.int32),
+        extend_seq_lens=torch.ones(max_bs, dtype=torch.int32),
+        dsa_seed_topk_capture=None,
+    )
+    replays = Replays()
+    runner.replays = replays
+    runner.draft_extend_attn_backend = SimpleNamespace(
+        init_forward_metadata_out_graph=lambda view: replays.append({"metadata": view})
+    )
+
+    def replay(shape_key, forward_batch):
+        b = runner.buffers
+        replays[-1].update(
+            bucket=shape_key.size,
+            **{name: getattr(b, name)[: shape_key.size].clone() for name in
+               ("input_ids", "positions", "out_cache_loc", "req_pool_indices", "seq_lens",
+                "hidden_states", "num_accept_tokens", "num_correct_drafts")},
+        )
+        return SimpleNamespace(next_token_logits=torch.zeros(shape_key.size, 3),
+                               hidden_states=torch.zeros(shape_key.size, HIDDEN))
+
+    runner._replay_graph = replay
+    return runner
+
+
+class Step:
+    """A plain decode step's batch and verify result, as the draft extend receives them."""
+
+    def __init__(self, reqs, first_position, first_loc, seed):
+        bs = len(reqs)
+        self.batch = SimpleNamespace(
+            reqs=list(reqs),
+            seq_lens=torch.arange(first_position, first_position + bs, dtype=torch.int64),
+            out_cache_loc=torch.arange(first_loc, first_loc + bs, dtype=torch.int64),
+            req_pool_indices=torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64),
+        )
+        generator = torch.Generator().manual_seed(seed)
+        self.result = SimpleNamespace(
+            next_token_ids=torch.randint(0, 1000, (bs,), dtype=torch.int32, generator=generator),
+            logits_output=SimpleNamespace(hidden_states=torch.randn(bs, HIDDEN, generator=generator).bfloat16()),
+        )
+        self.args = (self.batch, self.result)
+
+
+def requests(*pool_indices):
+    return [SimpleNamespace(req_pool_idx=i) for i in pool_indices]
+
+
+def test_rows_of_several_plain_steps_are_written_in_one_replay_in_order():
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    a, b, c = requests(3, 5, 7)
+    steps = [Step([a, b], 10, 100, 0), Step([a, b], 11, 102, 1), Step([a, b, c], 12, 104, 2)]
+    for step in steps:  # c joins at the end: the rows stay buffered
+        assert deferred.defer(*step.args)
+    assert runner.replays == []
+    deferred.write()
+
+    [replay] = runner.replays
+    n = 7
+    assert replay["bucket"] == 8
+    rows = slice(0, n)
+    assert replay["input_ids"][rows].tolist() == torch.cat([s.result.next_token_ids for s in steps]).tolist()
+    assert replay["positions"][rows].tolist() == torch.cat([s.batch.seq_lens for s in steps]).tolist()
+    assert replay["out_cache_loc"][rows].tolist() == list(range(100, 107))
+    assert replay["req_pool_indices"][rows].tolist() == [3, 5, 3, 5, 3, 5, 7]
+    assert torch.equal(replay["hidden_states"][rows],
+                       torch.cat([s.result.logits_output.hidden_states for s in steps]))
+    assert replay["seq_lens"][rows].tolist() == [p + 1 for p in replay["positions"][rows].tolist()]
+    assert replay["num_accept_tokens"][rows].tolist() == [1] * n
+    assert replay["num_correct_drafts"][rows].tolist() == [0] * n
+    # upstream pads the bucket with its dummy slot and request
+    assert replay["out_cache_loc"][n:].tolist() == [0] and replay["req_pool_indices"][n:].tolist() == [0]
+    assert replay["metadata"].forward_mode.is_draft_extend_v2() and replay["metadata"].batch_size == 8
+    assert deferred.rows == 0 and deferred.snapshot() == {
+        "rows_written": 7, "writes": 1, "rows_per_write": 7.0, "capacity": 8}
+
+
+@pytest.mark.parametrize("next_reqs, writes", [
+    ("abc", False), ("abcd", False),  # the same requests, or more joined at the end
+    ("ac", True),  # b left (finished or retracted): its slots may be reused from now on
+    ("bac", True),
+])
+def test_a_plain_step_writes_first_unless_it_keeps_the_buffered_requests_in_order(next_reqs, writes):
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    by_name = dict(zip("abcd", requests(1, 2, 3, 4)))
+    assert deferred.defer(*Step([by_name[x] for x in "abc"], 5, 50, 0).args)
+    assert deferred.defer(*Step([by_name[x] for x in next_reqs], 6, 60, 1).args)
+    assert len(runner.replays) == int(writes)
+    if writes:  # the old rows alone, then the new step's rows wait
+        assert runner.replays[0]["out_cache_loc"][:3].tolist() == [50, 51, 52]
+    assert deferred.rows == (len(next_reqs) if writes else 3 + len(next_reqs))
+
+
+def test_a_full_buffer_is_written_before_it_overflows():
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    reqs = requests(*range(1, 4))
+    for i in range(3):  # 3 + 3 rows fit in 8; the third step's 3 do not
+        assert deferred.defer(*Step(reqs, 20 + i, 30 + 3 * i, i).args)
+    [replay] = runner.replays
+    assert replay["bucket"] == 8 and replay["out_cache_loc"][:6].tolist() == list(range(30, 36))
+    assert deferred.rows == 3
+
+
+def test_a_step_wider_than_the_graph_is_not_buffered():
+    runner = one_token_runner(captured=[1, 2])
+    deferred = DeferredDraftKV(runner)
+    step = Step(requests(1, 2, 3), 0, 0, 0)
+    assert not deferred.defer(*step.args)
+    assert deferred.rows == 0 and runner.replays == []
+
+
+def test_only_a_buffered_step_publishes_the_read_done_event():
+    # The scheduler's next writes to the batch's buffers wait on it: it must come after the
+    # step's last read of them, and a write is never last (a prefill publishes none).
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    reqs = requests(1, 2)
+    events = []
+    for i in range(2):
+        deferred.defer(*Step(reqs, i, 2 * i, i).args)
+        events.append(runner.model_runner.war_fastpath_read_done_event)
+    assert events[0] is not None and events[1] is not None and events[0] is not events[1]
+    runner.model_runner.war_fastpath_read_done_event = None  # the scheduler took it
+    deferred.write()
+    assert len(runner.replays) == 1 and runner.model_runner.war_fastpath_read_done_event is None
+
+
+def server_args(**overrides):
+    return SimpleNamespace(**{"enable_hierarchical_cache": False, "disaggregation_mode": "null", **overrides})
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda a, r, f: (a, r, False), "whole contexts"),
+    (lambda a, r, f: (a, None, f), "no CUDA graph"),
+    (lambda a, r, f: (a, setattr(r, "require_mlp_sync", True) or r, f), "DP attention"),
+    (lambda a, r, f: (a, setattr(r, "disable_padding", True) or r, f), "--disable-cuda-graph-padding"),
+    (lambda a, r, f: (server_args(enable_hierarchical_cache=True), r, f), "HiCache"),
+    (lambda a, r, f: (server_args(disaggregation_mode="decode"), r, f), "PD disaggregation"),
+])
+def test_configurations_that_keep_the_per_step_draft_extend_say_why(change, reason):
+    args, runner, fast = change(server_args(), one_token_runner(), True)
+    assert reason in why_not_deferred(args, SimpleNamespace(), runner, fast)
+    assert why_not_deferred(server_args(), SimpleNamespace(), one_token_runner(), True) is None
+
+
+class StandInGatedWorker:
+    """The gated worker's routing methods on what they read. Building the real worker needs a
+    GPU; the draft's TP and MoE contexts need an initialized server, so they are null here."""
+
+    def __init__(self, steps, deferred):
+        self.worker = object.__new__(GatedEAGLEWorkerV2)
+        self.calls = []
+        w = self.worker
+        w.speculative_num_steps = steps
+        w.deferred_draft_kv = deferred
+        w._draft_context = contextlib.nullcontext
+        w._draft_extend_every_step = lambda batch, result: self.calls.append("every step")
+        w._stub_skipped_draft_extend = lambda batch, result: self.calls.append("stub")
+
+
+def test_a_plain_step_buffers_its_rows_and_stubs_the_draft_outputs():
+    deferred = DeferredDraftKV(one_token_runner())
+    stand_in = StandInGatedWorker(PLAIN_STEPS, deferred)
+    step = Step(requests(1, 2), 0, 10, 0)
+    stand_in.worker._draft_extend_for_decode(*step.args)
+    assert stand_in.calls == ["stub"] and deferred.rows == 2
+
+
+def test_a_speculative_step_writes_buffered_rows_before_its_own_draft_extend():
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    step = Step(requests(1, 2), 0, 10, 0)
+    deferred.defer(*step.args)
+    stand_in = StandInGatedWorker(3, deferred)
+    stand_in.worker._draft_extend_for_decode(*step.args)
+    assert len(runner.replays) == 1 and stand_in.calls == ["every step"]
+
+
+def test_a_plain_step_too_wide_to_buffer_extends_the_draft_itself():
+    runner = one_token_runner(captured=[1, 2])
+    deferred = DeferredDraftKV(runner)
+    deferred.defer(*Step(requests(1), 0, 10, 0).args)
+    stand_in = StandInGatedWorker(PLAIN_STEPS, deferred)
+    stand_in.worker._draft_extend_for_decode(*Step(requests(1, 2, 3), 1, 11, 1).args)
+    assert len(runner.replays) == 1 and stand_in.calls == ["every step"]
+
+
+def test_switching_to_speculation_writes_buffered_rows_before_the_draft_reads_them():
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    stand_in = StandInGatedWorker(PLAIN_STEPS, deferred)
+    worker = stand_in.worker
+    deferred.defer(*Step(requests(1, 2), 0, 10, 0).args)
+    decisions = iter([PLAIN_STEPS, 3])
+
+    def activate(batch_size):  # upstream's controller swapping runtime states
+        worker.speculative_num_steps = next(decisions)
+
+    worker.adaptive_controller = SimpleNamespace(activate_step_by_batch=activate)
+    worker.activate_step_by_batch(2)
+    assert runner.replays == [] and deferred.rows == 2
+    worker.activate_step_by_batch(2)
+    assert len(runner.replays) == 1 and deferred.rows == 0
+
+
+def test_a_prefill_writes_buffered_rows_before_its_forward(monkeypatch):
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    stand_in = StandInGatedWorker(PLAIN_STEPS, deferred)
+    deferred.defer(*Step(requests(1, 2), 0, 10, 0).args)
+    forwards = []
+    # upstream's forward needs a GPU: record which buffered rows it would have found
+    monkeypatch.setattr(EAGLEWorkerV2, "forward_batch_generation",
+                        lambda worker, batch, *a, **k: forwards.append(deferred.rows))
+    decode = SimpleNamespace(forward_mode=ForwardMode.DECODE, is_extend_in_batch=False)
+    stand_in.worker.forward_batch_generation(decode)
+    prefill = SimpleNamespace(forward_mode=ForwardMode.EXTEND, is_extend_in_batch=False)
+    stand_in.worker.forward_batch_generation(prefill)
+    assert forwards == [2, 0] and len(runner.replays) == 1
+
+
+def test_the_upstream_methods_the_routing_relies_on_exist():
+    # GatedEAGLEWorkerV2 shadows the first on the draft worker and calls the second; both are
+    # private to SGLang 0.5.17 (hooks.py lists them), so a rename must fail here, not mid-serve.
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+
+    assert callable(EagleDraftWorker._draft_extend_for_decode)
+    assert callable(EAGLEWorkerV2._stub_skipped_draft_extend)
