@@ -27,10 +27,6 @@ CAPTURED = [1, 2, 4, 8]
 FILL = 1  # upstream's seq_len_fill_value for padded rows
 
 
-class Replays(list):
-    """Stands in for the CUDA graph: records what each replay would read."""
-
-
 def one_token_runner(captured=CAPTURED) -> EAGLEDraftExtendCudaGraphRunner:
     runner = object.__new__(EAGLEDraftExtendCudaGraphRunner)
     max_bs = max(captured)
@@ -61,7 +57,7 @@ def one_token_runner(captured=CAPTURED) -> EAGLEDraftExtendCudaGraphRunner:
         extend_seq_lens=torch.ones(max_bs, dtype=torch.int32),
         dsa_seed_topk_capture=None,
     )
-    replays = Replays()
+    replays = []  # the CUDA graph's stand-in records what each replay would read
     runner.replays = replays
     runner.draft_extend_attn_backend = SimpleNamespace(
         init_forward_metadata_out_graph=lambda view: replays.append({"metadata": view})
@@ -191,23 +187,26 @@ def server_args(**overrides):
     return SimpleNamespace(**{"enable_hierarchical_cache": False, "disaggregation_mode": "null", **overrides})
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda a, r, f: (a, r, False), "whole contexts"),
-    (lambda a, r, f: (a, None, f), "no CUDA graph"),
-    (lambda a, r, f: (a, setattr(r, "require_mlp_sync", True) or r, f), "DP attention"),
-    (lambda a, r, f: (a, setattr(r, "disable_padding", True) or r, f), "--disable-cuda-graph-padding"),
-    (lambda a, r, f: (server_args(enable_hierarchical_cache=True), r, f), "HiCache"),
-    (lambda a, r, f: (server_args(disaggregation_mode="decode"), r, f), "PD disaggregation"),
+@pytest.mark.parametrize("args, runner_attrs, fast_off_path, reason", [
+    ({}, {}, False, "whole contexts"),
+    ({}, None, True, "no CUDA graph"),
+    ({}, {"require_mlp_sync": True}, True, "DP attention"),
+    ({}, {"disable_padding": True}, True, "--disable-cuda-graph-padding"),
+    ({"enable_hierarchical_cache": True}, {}, True, "HiCache"),
+    ({"disaggregation_mode": "decode"}, {}, True, "PD disaggregation"),
 ])
-def test_configurations_that_keep_the_per_step_draft_extend_say_why(change, reason):
-    args, runner, fast = change(server_args(), one_token_runner(), True)
-    assert reason in why_not_deferred(args, SimpleNamespace(), runner, fast)
+def test_configurations_that_keep_the_per_step_draft_extend_say_why(args, runner_attrs, fast_off_path, reason):
+    runner = None if runner_attrs is None else one_token_runner()
+    for name, value in (runner_attrs or {}).items():
+        setattr(runner, name, value)
+    assert reason in why_not_deferred(server_args(**args), SimpleNamespace(), runner, fast_off_path)
     assert why_not_deferred(server_args(), SimpleNamespace(), one_token_runner(), True) is None
 
 
 class StandInGatedWorker:
     """The gated worker's routing methods on what they read. Building the real worker needs a
-    GPU; the draft's TP and MoE contexts need an initialized server, so they are null here."""
+    GPU; its draft worker stands in here, with a TP context (upstream's is a null context
+    without DP attention) that records its entries. SGLang's MoE contexts are the real ones."""
 
     def __init__(self, steps, deferred):
         self.worker = object.__new__(GatedEAGLEWorkerV2)
@@ -215,7 +214,13 @@ class StandInGatedWorker:
         w = self.worker
         w.speculative_num_steps = steps
         w.deferred_draft_kv = deferred
-        w._draft_context = contextlib.nullcontext
+
+        def draft_tp_context(group):
+            self.calls.append("draft contexts")
+            return contextlib.nullcontext()
+
+        w._draft_worker = SimpleNamespace(draft_tp_context=draft_tp_context,
+                                          draft_runner=SimpleNamespace(tp_group=None))
         w._draft_extend_every_step = lambda batch, result: self.calls.append("every step")
         w._stub_skipped_draft_extend = lambda batch, result: self.calls.append("stub")
 
@@ -253,7 +258,7 @@ def test_switching_to_speculation_writes_buffered_rows_before_the_draft_reads_th
     stand_in = StandInGatedWorker(PLAIN_STEPS, deferred)
     worker = stand_in.worker
     deferred.defer(*Step(requests(1, 2), 0, 10, 0).args)
-    decisions = iter([PLAIN_STEPS, 3])
+    decisions = iter([PLAIN_STEPS, 3, 3])
 
     def activate(batch_size):  # upstream's controller swapping runtime states
         worker.speculative_num_steps = next(decisions)
@@ -263,6 +268,9 @@ def test_switching_to_speculation_writes_buffered_rows_before_the_draft_reads_th
     assert runner.replays == [] and deferred.rows == 2
     worker.activate_step_by_batch(2)
     assert len(runner.replays) == 1 and deferred.rows == 0
+    assert stand_in.calls == ["draft contexts"]
+    worker.activate_step_by_batch(2)  # speculating, nothing buffered: no write, no contexts
+    assert len(runner.replays) == 1 and stand_in.calls == ["draft contexts"]
 
 
 def test_a_prefill_writes_buffered_rows_before_its_forward(monkeypatch):

@@ -168,16 +168,14 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         return state
 
     def forward_batch_generation(self, batch, *args, **kwargs):
-        if self.deferred_draft_kv is not None and (batch.forward_mode.is_extend() or batch.is_extend_in_batch):
-            with self._draft_context():
-                self.deferred_draft_kv.write()  # the prefill's draft reads and writes the cache
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+            self._write_deferred_draft_kv()  # the prefill's draft reads and writes the cache
         return super().forward_batch_generation(batch, *args, **kwargs)
 
     def activate_step_by_batch(self, batch_size: int) -> None:
         super().activate_step_by_batch(batch_size)
-        if self.deferred_draft_kv is not None and self.speculative_num_steps != PLAIN_STEPS:
-            with self._draft_context():
-                self.deferred_draft_kv.write()  # the draft is about to read its cache
+        if self.speculative_num_steps != PLAIN_STEPS:
+            self._write_deferred_draft_kv()  # the draft is about to read its cache
 
     def _draft_extend_for_decode(self, batch, batch_result) -> None:
         """The draft worker's per-step draft extend; plain steps defer theirs when they can.
@@ -191,14 +189,20 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             deferred.write()  # rows this step cannot join go first
         self._draft_extend_every_step(batch, batch_result)
 
-    def _draft_context(self):
-        """The contexts upstream runs every draft forward in (eagle_worker_v2.py:1189-1195)."""
-        stack = contextlib.ExitStack()
+    def _write_deferred_draft_kv(self) -> None:
+        """Write the buffered rows in the contexts upstream runs every draft forward in
+        (eagle_worker_v2.py:1189-1195). Every speculative step and prefill asks, and most have
+        nothing buffered: they enter no context."""
+        deferred = self.deferred_draft_kv
+        if deferred is None or not deferred.rows:
+            return
         draft = self._draft_worker
-        stack.enter_context(draft.draft_tp_context(draft.draft_runner.tp_group))
-        stack.enter_context(speculative_moe_backend_context())
-        stack.enter_context(speculative_moe_a2a_backend_context())
-        return stack
+        with (
+            draft.draft_tp_context(draft.draft_runner.tp_group),
+            speculative_moe_backend_context(),
+            speculative_moe_a2a_backend_context(),
+        ):
+            deferred.write()
 
     @contextlib.contextmanager
     def _one_token_backends_use_decode_kernels(self):
