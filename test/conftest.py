@@ -61,3 +61,21 @@ def plugins_loaded():
 def clean_env(monkeypatch):
     monkeypatch.delenv("SGLANG_SPEC_DISABLE_BATCH_THRESHOLD", raising=False)
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+
+
+@pytest.fixture
+def published_gate_args(plugins_loaded, eagle_argv):
+    """Resolved gate server args, published to SGLang's process-wide runtime context as a
+    launched scheduler does: SGLang's graph-size and rank-sync helpers read it. The topology
+    (one GPU) is an override, because the real one comes from process groups only a launch
+    creates."""
+    from sglang.srt.runtime_context import get_parallel, publish, reset_context
+    from sglang.srt.server_args import prepare_server_args
+
+    args = prepare_server_args(eagle_argv + ["--speculative-disable-batch-threshold", "8"])
+    publish(args, role="test")
+    try:
+        with get_parallel().override(attn_tp_size=1, attn_cp_size=1):
+            yield args
+    finally:
+        reset_context()

@@ -15,11 +15,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
+from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft_extend_graphs
 from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from sglang_specgate.deferred_draft_kv import DeferredDraftKV, why_not_deferred
+from sglang_specgate.deferred_draft_kv import DeferredDraftKV, capture_write_sizes, why_not_deferred
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
 
 HIDDEN = 6  # the target's aux hidden width the draft reads (3 layers x 2 here)
@@ -184,23 +185,46 @@ def test_only_a_buffered_step_publishes_the_read_done_event():
 
 
 def server_args(**overrides):
-    return SimpleNamespace(**{"enable_hierarchical_cache": False, "disaggregation_mode": "null", **overrides})
+    return SimpleNamespace(**{"disable_cuda_graph_padding": False, "enable_hierarchical_cache": False,
+                              "disaggregation_mode": "null", **overrides})
 
 
-@pytest.mark.parametrize("args, runner_attrs, fast_off_path, reason", [
-    ({}, {}, False, "whole contexts"),
-    ({}, None, True, "no CUDA graph"),
-    ({}, {"require_mlp_sync": True}, True, "DP attention"),
-    ({}, {"disable_padding": True}, True, "--disable-cuda-graph-padding"),
-    ({"enable_hierarchical_cache": True}, {}, True, "HiCache"),
-    ({"disaggregation_mode": "decode"}, {}, True, "PD disaggregation"),
+@pytest.mark.parametrize("args, rank_sync, reads_one_entry, reason", [
+    ({}, False, False, "whole contexts"),
+    ({}, True, True, "syncs its batch across ranks"),
+    ({"disable_cuda_graph_padding": True}, False, True, "--disable-cuda-graph-padding"),
+    ({"enable_hierarchical_cache": True}, False, True, "HiCache"),
+    ({"disaggregation_mode": "decode"}, False, True, "PD disaggregation"),
 ])
-def test_configurations_that_keep_the_per_step_draft_extend_say_why(args, runner_attrs, fast_off_path, reason):
-    runner = None if runner_attrs is None else one_token_runner()
-    for name, value in (runner_attrs or {}).items():
-        setattr(runner, name, value)
-    assert reason in why_not_deferred(server_args(**args), SimpleNamespace(), runner, fast_off_path)
-    assert why_not_deferred(server_args(), SimpleNamespace(), one_token_runner(), True) is None
+def test_configurations_that_keep_the_per_step_draft_extend_say_why(
+    published_gate_args, monkeypatch, args, rank_sync, reads_one_entry, reason
+):
+    assert why_not_deferred(server_args(), SimpleNamespace(), True) is None  # SGLang's own rank-sync answer
+    if rank_sync:
+        # SGLang answers from the MoE all-to-all backend a launched server initializes (DP
+        # attention, its other cause, is refused with the gate: test_args).
+        monkeypatch.setattr("sglang_specgate.deferred_draft_kv.require_mlp_sync", lambda server_args: True)
+    assert reason in why_not_deferred(server_args(**args), SimpleNamespace(), reads_one_entry)
+
+
+def test_the_write_graph_is_captured_above_the_request_pool_up_to_the_draft_width(published_gate_args):
+    """SGLang's real capture list for a pool of 16 requests, and what the off state's
+    draft-extend runner reads in its place while it is captured."""
+    pool_of_16 = SimpleNamespace(server_args=published_gate_args, req_to_token_pool=SimpleNamespace(size=16))
+    upstream = draft_extend_graphs.get_batch_sizes_to_capture
+    decode_sizes, _ = upstream(pool_of_16)
+    assert max(decode_sizes) == 16  # upstream's clamp
+    # Triton's per-request index buffers, sized at the pool (the backend needs a GPU to build)
+    draft_backend = SimpleNamespace(kv_indptr=torch.zeros(17, dtype=torch.int32), window_kv_indptr=None,
+                                    qo_indptr=torch.zeros(17, dtype=torch.int64))
+    with capture_write_sizes(4, draft_backend):
+        write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)
+    assert write_sizes == decode_sizes + [32, 48, 64]
+    assert draft_backend.kv_indptr.shape == (65,) and draft_backend.kv_indptr.dtype == torch.int32
+    assert draft_backend.qo_indptr.shape == (65,) and draft_backend.window_kv_indptr is None
+    assert draft_extend_graphs.get_batch_sizes_to_capture is upstream
+    # The runner looks the name up in its module when it is built, so the shadow reaches it.
+    assert "get_batch_sizes_to_capture" in EAGLEDraftExtendCudaGraphRunner.__init__.__code__.co_names
 
 
 class StandInGatedWorker:

@@ -6,8 +6,10 @@ building one needs a GPU; test/gpu runs the real one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
+import torch
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.standalone_worker_v2 import StandaloneWorkerV2
@@ -105,25 +107,29 @@ def test_verify_results_are_paired_with_their_decisions_in_launch_order():
     assert episode["after"] == [2.0]
 
 
-def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split_wide(plugins_loaded, eagle_argv):
+def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split_wide(published_gate_args):
     """While upstream builds the steps-0 state it calls the target runner's
     ``_get_attention_backend`` and the draft worker's ``_capture_cuda_graphs``
     (eagle_worker_v2.py:1313-1321). Both need a GPU, so stand-ins play them here; the
     server args are SGLang's real, resolved ones, whose width the capture reads."""
-    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft_extend_graphs
     from test_kv_only_draft import draft as kv_trimmable_draft
 
-    server_args = prepare_server_args(eagle_argv + ["--speculative-disable-batch-threshold", "8"])
+    server_args = published_gate_args
     backend_class = type("TritonAttnBackend", (), {})  # stands in for the verified backend
-    seen_widths, seen_splits = [], []
+    seen_widths, seen_splits, seen_sizes = [], [], []
+    pool_of_16 = SimpleNamespace(server_args=server_args, req_to_token_pool=SimpleNamespace(size=16))
+    upstream_sizes = draft_extend_graphs.get_batch_sizes_to_capture
 
     class DraftWorker:
         draft_runner = type("DraftRunner", (), {"server_args": server_args, "model": kv_trimmable_draft()})()
         draft_extend_attn_backend = backend_class()
+        draft_extend_attn_backend.kv_indptr = torch.zeros(17, dtype=torch.int32)  # sized at the pool
 
         def _capture_cuda_graphs(self):
             seen_widths.append(server_args.speculative_num_draft_tokens)
             seen_splits.append(self.draft_extend_attn_backend.max_kv_splits)
+            seen_sizes.append(draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)[0])
 
     class TargetRunner:
         def _get_attention_backend(self, init_new_workspace=False):
@@ -137,6 +143,12 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
         worker._draft_worker._capture_cuda_graphs()
 
     assert seen_widths == [1]
+    # Batch sizes up to the server's draft width (4) times the largest decode batch: one
+    # replay writes four full plain steps' draft KV (deferred_draft_kv.py).
+    assert seen_sizes == [upstream_sizes(pool_of_16)[0] + [32, 48, 64]]
+    assert worker.deferral_blocker is None
+    assert worker._draft_worker.draft_extend_attn_backend.kv_indptr.shape == (65,)  # room for the rows
+    assert draft_extend_graphs.get_batch_sizes_to_capture is upstream_sizes
     # The draft's attention reads one entry: its graph is captured one KV split wide; the
     # target's verify reads the whole context and keeps the server's split count.
     assert seen_splits == [1]

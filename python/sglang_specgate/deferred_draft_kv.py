@@ -9,7 +9,8 @@ A row's draft KV depends only on what the row brings: its sampled token, the tar
 state, its position and, while off, the one cached entry its attention reads
 (one_token_decode.read_one_entry). No row reads another pending row. So a plain step copies its
 rows' inputs into a buffer, and buffered rows are written together, each row a one-token
-pseudo-request, in one replay of the same graph, up to its largest captured batch.
+pseudo-request, in one replay of the same graph. That graph is captured up to several full
+decode batches (capture_write_sizes), so even a full batch writes once every few steps.
 
 Buffered rows are written, in stream order, before anything reads or rewrites their draft KV:
 - before a speculative step's draft, which reads the cache;
@@ -27,27 +28,34 @@ reuse is complete.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import operator
 
 import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft_extend_graphs
 from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+from sglang.srt.utils import require_mlp_sync
+
+from sglang_specgate.one_token_decode import take_rows
+
+logger = logging.getLogger(__name__)
 
 ONE_TOKEN = 1  # each buffered row is a one-token draft extend
+NO_GRAPH = "the one-token draft extend has no CUDA graph"
 
 
-def why_not_deferred(server_args, draft_worker, runner, fast_off_path: bool) -> str | None:
-    """Why the off state keeps upstream's per-step draft extend here, or None to defer."""
-    if not fast_off_path:
-        return "the off state reads whole contexts (upstream kernels), so rows depend on each other"
-    if runner is None:
-        return "the one-token draft extend has no CUDA graph"
-    if runner.require_mlp_sync:
-        return "DP attention pads draft extends across ranks"
-    if runner.disable_padding:
+def why_not_deferred(server_args, draft_worker, draft_reads_one_entry: bool) -> str | None:
+    """Why the off state keeps upstream's per-step draft extend here, or None to defer.
+    Asked before the off state's graph is captured, which takes the write sizes only to defer;
+    a build that then captures no graph cannot defer either (NO_GRAPH)."""
+    if not draft_reads_one_entry:
+        return "the draft's attention reads whole contexts (upstream kernels), so rows depend on each other"
+    if require_mlp_sync(server_args):
+        return "the draft extend syncs its batch across ranks (DP attention, MoE all-to-all)"
+    if server_args.disable_cuda_graph_padding:
         return "--disable-cuda-graph-padding replays only captured sizes"
-    if runner.buffers.hidden_states is None:
-        return "the draft reads no target hidden states"
     if getattr(draft_worker, "seed_dsa_topk_from_draft_extend", False):
         return "the draft seeds its indexer from each draft extend"
     if server_args.enable_hierarchical_cache:
@@ -55,6 +63,43 @@ def why_not_deferred(server_args, draft_worker, runner, fast_off_path: bool) -> 
     if server_args.disaggregation_mode != "null":
         return "PD disaggregation transfers KV slots outside forwards"
     return None
+
+
+@contextlib.contextmanager
+def capture_write_sizes(steps_per_write: int, draft_backend):
+    """While the off state's one-token draft-extend graph is captured: also capture multiples
+    of its largest batch, up to ``steps_per_write`` times it, so one replay writes that many
+    full decode steps; ``draft_backend``, that graph's attention, is given room for the rows.
+
+    Upstream sizes graphs, and the attention backend's per-request index buffers, at the
+    request pool (get_batch_sizes_to_capture; take_rows), right where rows are requests.
+    Buffered rows are (request, step) pairs: capped there, a full batch filled the buffer every
+    step and paid a replay a step again (1.03-1.07 steps per write at C = 128,
+    benchmark/results/2026-11-30-offcost-8b-2.2-deferred-draft-kv). With
+    ``steps_per_write`` the server's draft width, the graph holds as many tokens as the
+    speculative state's draft-extend graph, and as upstream's own steps-0 graph, captured that
+    wide: its token-sized buffers grow back to upstream's sizes, no further.
+
+    The runner module's name is shadowed for the capture only; the scheduler builds graphs on
+    one thread, and nothing else captures meanwhile.
+    """
+    sizes_for_decode = draft_extend_graphs.get_batch_sizes_to_capture
+
+    def sizes_for_writes(model_runner, *args, **kwargs):
+        capture_bs, compile_bs = sizes_for_decode(model_runner, *args, **kwargs)
+        largest = max(capture_bs)
+        write_sizes = [largest * k for k in range(2, steps_per_write + 1)]
+        if write_sizes:
+            take_rows(draft_backend, write_sizes[-1])
+            logger.info("spec gate: the off state's draft KV writes also take %s rows (up to %d "
+                        "decode steps of %d)", write_sizes, steps_per_write, largest)
+        return sorted({*capture_bs, *write_sizes}), compile_bs
+
+    draft_extend_graphs.get_batch_sizes_to_capture = sizes_for_writes
+    try:
+        yield
+    finally:
+        draft_extend_graphs.get_batch_sizes_to_capture = sizes_for_decode
 
 
 class DeferredDraftKV:

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 # Backends whose decode path has served the off state on a GPU through real SGLang
 # (benchmark/results/2026-11-30-gate-smoke-1b). Others keep upstream's extend kernels, with a
-# warning, until the same run and test/gpu pass on them.
+# warning, until the same run and test/gpu pass on them (and take_rows knows their buffers).
 VERIFIED_BACKENDS = frozenset({"TritonAttnBackend"})
 
 
@@ -70,6 +70,21 @@ def read_one_entry(backend) -> None:
     forward's metadata): the kernel asserts they are ``max_kv_splits`` wide.
     """
     backend.max_kv_splits = 1
+
+
+# Triton's per-request index buffers, sized at the request pool when the backend is built
+# (triton_backend.py:272-290); a batch of bs requests uses bs + 1 entries.
+PER_REQUEST_BUFFERS = ("kv_indptr", "window_kv_indptr", "qo_indptr", "mask_indptr")
+
+
+def take_rows(backend, rows: int) -> None:
+    """Let a converted backend's one-token forwards hold ``rows`` rows, more than the request
+    pool when each row is a (request, decode step) pair (deferred_draft_kv.py). Only for a
+    backend built for the off state's draft extend alone, before its graph is captured."""
+    for name in PER_REQUEST_BUFFERS:
+        buffer = getattr(backend, name, None)
+        if buffer is not None and buffer.shape[0] < rows + 1:
+            setattr(backend, name, buffer.new_zeros(rows + 1))
 
 
 def is_one_token_spec_forward(forward_batch: ForwardBatch) -> bool:

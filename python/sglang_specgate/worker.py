@@ -9,10 +9,11 @@ its attention backends answer those one-token forwards with their decode kernels
 cost), and its draft extend is captured as a CUDA graph one token wide, the width it runs at,
 that only writes the draft's KV cache (kv_only_draft.py) and reads one entry (one KV split).
 Plain steps then hand their draft-extend rows to a buffer written in one replay every few
-steps (deferred_draft_kv.py) instead of replaying that graph each step. Switching is upstream's
+steps (deferred_draft_kv.py) instead of replaying that graph each step; for that the graph is
+also captured at batch sizes above the decode batch's largest. Switching is upstream's
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
 acceptance EMA. What the off state still costs against a plain server:
-benchmark/results/2026-11-30-offcost-8b-2.2-deferred-draft-kv.
+benchmark/results/2026-12-01-offcost-8b-2.2-write-graph.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
-from sglang_specgate.deferred_draft_kv import DeferredDraftKV, why_not_deferred
+from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture_write_sizes, why_not_deferred
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
@@ -126,6 +127,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         self.off_draft_extend = None  # "kv-only" or "full", known then too
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
         self.deferred_draft_kv: DeferredDraftKV | None = None  # set when the steps-0 state is built
+        self.deferral_blocker: str | None = None  # why plain steps extend the draft every step
         # Instance attribute: upstream's decode path calls the draft worker's method by name.
         self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
         self._draft_worker._draft_extend_for_decode = self._draft_extend_for_decode
@@ -160,9 +162,10 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
         runner = state.cuda_graph_runner_for_draft_extend
-        blocker = why_not_deferred(self.server_args, self._draft_worker, runner, self.fast_off_path)
-        if blocker:
-            logger.info("spec gate: plain steps extend the draft every step: %s", blocker)
+        if runner is None and not self.deferral_blocker:
+            self.deferral_blocker = NO_GRAPH
+        if self.deferral_blocker:
+            logger.info("spec gate: plain steps extend the draft every step: %s", self.deferral_blocker)
         else:
             self.deferred_draft_kv = DeferredDraftKV(runner)
         return state
@@ -222,22 +225,26 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
 
         def capture_one_token_draft_graphs():
             draft_backend = draft_worker.draft_extend_attn_backend
+            draft_converted = draft_backend is not None and use_decode_kernels(draft_backend)
             if draft_backend is not None:
-                draft_converted = use_decode_kernels(draft_backend)
                 converted.append(draft_converted)
-                if draft_converted:
-                    read_one_entry(draft_backend)
+            if draft_converted:
+                read_one_entry(draft_backend)
+            server_args = draft_worker.draft_runner.server_args
+            self.deferral_blocker = why_not_deferred(server_args, draft_worker, draft_converted)
             # Upstream sizes the draft-extend graph from the server's static draft width
             # (resolve_num_tokens_per_req reads server_args.speculative_num_draft_tokens,
             # eagle_draft_extend_cuda_graph_runner.py:133), so its steps-0 graph is captured
             # 4 tokens wide and a one-token draft extend never replays it
             # (can_run_graph, :285-295): every plain step would launch the draft eagerly.
             # Capture at width 1 instead; steps <= 1 captures no draft-decode graph.
-            server_args = draft_worker.draft_runner.server_args
             width = server_args.speculative_num_draft_tokens
             server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=1)
             try:
-                with kv_only_draft_forward(draft_worker.draft_runner.model) as kv_only:
+                with (
+                    kv_only_draft_forward(draft_worker.draft_runner.model) as kv_only,
+                    contextlib.nullcontext() if self.deferral_blocker else capture_write_sizes(width, draft_backend),
+                ):
                     capture_draft_graphs()
                 self.off_draft_extend = "kv-only" if kv_only else "full"
             finally:
