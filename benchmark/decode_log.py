@@ -11,24 +11,48 @@ end, where the batch falls under N and the gate speculates again.
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import statistics
 from pathlib import Path
 from typing import Optional
 
-LINE = re.compile(r"Decode batch, #running-req: (\d+),.*?gen throughput \(token/s\): ([\d.]+)")
+DECODE_LINE = re.compile(r"Decode batch, #running-req: (\d+),.*?gen throughput \(token/s\): ([\d.]+)")
+PREFILL_LINE = "Prefill batch"
 # A closed loop refills a finished request's slot after its prefill, so the batch sits a little
 # under C while the level runs; 90 % of C keeps the steady state and drops the drain.
 FULL_BATCH = 0.9
 
 
-def steady_throughput(log_text: str, concurrency: int) -> Optional[dict]:
-    """Median gen throughput of the decode lines with at least 90 % of ``concurrency`` running."""
-    values = [float(tok_s) for running, tok_s in LINE.findall(log_text)
-              if int(running) >= FULL_BATCH * concurrency]
-    if not values:
+def decode_intervals(log_text: str) -> list[tuple[int, float, bool]]:
+    """Each decode line's (running requests, gen tok/s, whether a prefill ran in its interval)."""
+    intervals, prefilled = [], False
+    for line in log_text.splitlines():
+        if PREFILL_LINE in line:
+            prefilled = True
+        elif match := DECODE_LINE.search(line):
+            intervals.append((int(match[1]), float(match[2]), prefilled))
+            prefilled = False
+    return intervals
+
+
+def _median(values: list[float]) -> Optional[dict]:
+    return {"lines": len(values), "median_tok_s": statistics.median(values)} if values else None
+
+
+def steady_throughput(log_text: str, concurrency: int, at_most: Optional[int] = None) -> Optional[dict]:
+    """Median gen throughput of the decode lines with at least 90 % of ``concurrency`` running
+    (and at most ``at_most``). ``decode_only``: the same over the intervals no prefill
+    interrupted, which measures a decode step alone: at full batch the two servers' prefills
+    can come at different rates (a closed loop with one output length keeps plain's requests
+    finishing in waves, and anything that desynchronizes them brings more, smaller prefills)."""
+    steady = [(tok_s, prefilled) for running, tok_s, prefilled in decode_intervals(log_text)
+              if FULL_BATCH * concurrency <= running <= (at_most or running)]
+    if not steady:
         return None
-    return {"lines": len(values), "median_tok_s": statistics.median(values)}
+    return {**_median([tok_s for tok_s, _ in steady]),
+            "decode_only": _median([tok_s for tok_s, prefilled in steady if not prefilled])}
 
 
 def read_from(path: Path, offset: int) -> str:
@@ -36,3 +60,18 @@ def read_from(path: Path, offset: int) -> str:
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read().decode(errors="replace")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="Steady decode throughput of each concurrency level in "
+                                "a whole server log (a level's lines: 90 to 100 % of C running).")
+    p.add_argument("server_log", type=Path)
+    p.add_argument("--concurrency", required=True, help="comma-separated levels, e.g. 16,32,64,128")
+    args = p.parse_args()
+    text = args.server_log.read_text(errors="replace")
+    levels = [int(c) for c in args.concurrency.split(",")]
+    print(json.dumps({c: steady_throughput(text, c, at_most=c) for c in levels}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -205,9 +205,16 @@ def setup_line(res: Results) -> str:
     return (f"target `{info.get('model_path')}`, "
             f"draft `{info.get('speculative_draft_model_path')}`, "
             f"{info.get('speculative_num_steps')} draft steps, "
-            f"output {rows[0].get('sharegpt_output_len')} tokens per request, "
+            f"{output_lengths(rows[0])}, "
             f"max running requests {info.get('max_running_requests')}, "
             f"SGLang {info.get('version')}")
+
+
+def output_lengths(row: dict) -> str:
+    fixed = row.get("sharegpt_output_len")
+    if fixed:
+        return f"output {fixed} tokens per request"
+    return "output lengths from the prompts' answers (mixed)"
 
 
 def versus_plain_table(res: Results) -> str:
@@ -217,15 +224,18 @@ def versus_plain_table(res: Results) -> str:
     for name in res.gated():
         for c in sorted(plain.keys() & res.closed[name].keys()):
             gated, base = res.closed[name][c], plain[c]
-            steady = [res.gate.get(row["tag"], {}).get("steady_decode") for row in (gated, base)]
-            steady_ratio = (steady[0]["median_tok_s"] / steady[1]["median_tok_s"]
-                            if all(steady) else None)
+            steady = [res.gate.get(row["tag"], {}).get("steady_decode") or {} for row in (gated, base)]
             rows.append([name, str(c), fmt(gated["output_throughput"] / base["output_throughput"], 3),
                          fmt(gated["median_tpot_ms"] / base["median_tpot_ms"], 3),
-                         fmt(steady_ratio, 3),
+                         fmt(median_ratio(*steady), 3),
+                         fmt(median_ratio(*(part.get("decode_only") for part in steady)), 3),
                          fmt(gated["mean_ttft_ms"] / base["mean_ttft_ms"], 3)])
     return md_table(["config", "C", "tok/s vs plain", "median TPOT vs plain",
-                     "steady decode tok/s vs plain", "mean TTFT vs plain"], rows)
+                     "steady decode tok/s vs plain", "decode only", "mean TTFT vs plain"], rows)
+
+
+def median_ratio(gated: Optional[dict], base: Optional[dict]) -> Optional[float]:
+    return gated["median_tok_s"] / base["median_tok_s"] if gated and base else None
 
 
 def ttft_stages_table(res: Results) -> str:
@@ -282,6 +292,9 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "steady decode: the median throughput of the scheduler's decode log lines "
                   "with the batch at >= 90 % of C (`decode_log.py`), without the drain at the "
                   "end of a level, where the batch falls under N and the gate speculates again. "
+                  "decode only: the same over the log intervals no prefill interrupted (a "
+                  "decode step's own cost; at a full batch two servers' prefills can come at "
+                  "different rates). "
                   "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
                   "draft over the prompt too (about 6 % more prefill GPU time at 8B; "
                   "benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail)."]

@@ -187,13 +187,15 @@ def bench_command(args: argparse.Namespace, *, tag: str, dataset: Path, output_f
         "--backend", "sglang", "--base-url", base_url(args),
         "--tokenizer", args.tokenizer or args.model_path,
         "--dataset-name", "custom", "--dataset-path", str(dataset),
-        "--sharegpt-output-len", str(output_len or args.output_len),
         "--num-prompts", str(num_prompts),
         "--request-rate", "inf" if math.isinf(rate) else f"{rate:g}",
         "--warmup-requests", str(warmup),
         "--seed", str(seed), "--disable-tqdm",
         "--output-file", str(output_file), "--tag", tag,
     ]
+    output_len = output_len or args.output_len
+    if output_len:  # else each prompt's own answer length (the dataset's assistant turn)
+        cmd += ["--sharegpt-output-len", str(output_len)]
     if concurrency is not None:
         cmd += ["--max-concurrency", str(concurrency)]
     if details:
@@ -670,7 +672,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="closed-loop levels, comma list")
     p.add_argument("--prompts-per-concurrency", type=int, default=8)
     p.add_argument("--min-prompts", type=int, default=32)
-    p.add_argument("--output-len", type=int, default=256, help="output tokens per request")
+    p.add_argument("--output-len", type=int, default=256,
+                   help="output tokens per request; 0: each prompt's answer length (mixed)")
     p.add_argument("--scenarios", default="closed,bursty", help="closed, bursty or both")
     p.add_argument("--bursty-phases", type=parse_phases, default=parse_phases("2:60,32:60,2:60"),
                    help="RATE:SECONDS,... (default 2:60,32:60,2:60)")

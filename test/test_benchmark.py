@@ -187,6 +187,9 @@ def test_bench_command(tmp_path: Path) -> None:
                                 num_prompts=10, warmup=0, rate=2.5, details=True)
     assert "--max-concurrency" not in phase and "--output-details" in phase
     assert phase[phase.index("--request-rate") + 1] == "2.5"
+    mixed = sweep.bench_command(sweep.parse_args(sweep_args(tmp_path, "--output-len", "0")), tag="t",
+                                dataset=Path("d"), output_file=Path("o"), num_prompts=10, warmup=0)
+    assert "--sharegpt-output-len" not in mixed  # the loader takes each answer's length
 
 
 def test_phases_prompts_and_slices(tmp_path: Path) -> None:
@@ -351,11 +354,13 @@ def run_dir(tmp_path: Path) -> Path:
          "before": {}, "after": {},
          "delta": {"decode_steps_spec": 100 if c <= 4 else 3, "decode_steps_plain":
                    0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2},
-         "steady_decode": {"lines": 9, "median_tok_s": 2880.0} if c == 16 else None,
+         "steady_decode": {"lines": 9, "median_tok_s": 2880.0,
+                           "decode_only": {"lines": 5, "median_tok_s": 2910.0}} if c == 16 else None,
          "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None}
         for c in GATE
     ] + [{"tag": "plain,c=16", "config": "plain", "max_concurrency": 16, "before": None,
-          "after": None, "delta": None, "steady_decode": {"lines": 9, "median_tok_s": 3000.0},
+          "after": None, "delta": None,  # a run from before decode_only was measured:
+          "steady_decode": {"lines": 9, "median_tok_s": 3000.0},
           "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None}}
     ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
           "after": {}, "delta": {"decode_steps_spec": 50, "decode_steps_plain": 60,
@@ -398,9 +403,9 @@ def test_report_tables(run_dir: Path) -> None:
     assert "| 3 / 97 | 2 |" in text  # gate steps and switches from gate.jsonl
     assert "target `/tmp/models/target`, draft `/tmp/models/draft`, 3 draft steps" in text
     # gated / plain: 2550 / 2700 tok/s; TPOT 1000*16/2550 over 1000*16/2700
-    # steady decode 2880 / 3000; mean TTFT 60 / 50
-    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | 1.200 |" in text
-    assert "| gate-4 | 8 | 0.987 | 1.014 | – | 1.200 |" in text  # no steady-state lines recorded
+    # steady decode 2880 / 3000; decode only: plain's not measured; mean TTFT 60 / 50
+    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | – | 1.200 |" in text
+    assert "| gate-4 | 8 | 0.987 | 1.014 | – | – | 1.200 |" in text  # no steady-state lines recorded
 
 
 def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
@@ -500,9 +505,24 @@ def test_steady_decode_throughput_from_the_scheduler_log(tmp_path: Path) -> None
     log.write_text(earlier + text)
     level = decode_log.read_from(log, len(earlier))
     assert level == text
-    # 58, 64 and 60 are >= 90 % of 64; the ramp-up (20) and the drain (40) are not.
-    assert decode_log.steady_throughput(level, 64) == {"lines": 3, "median_tok_s": 8500.0}
+    # 58, 64 and 60 are >= 90 % of 64; the ramp-up (20) and the drain (40) are not. A prefill
+    # ran in the interval of the last one (40) only.
+    assert decode_log.steady_throughput(level, 64) == {
+        "lines": 3, "median_tok_s": 8500.0, "decode_only": {"lines": 3, "median_tok_s": 8500.0}}
     assert decode_log.steady_throughput(level, 128) is None
+    assert decode_log.steady_throughput(level, 60, at_most=60)["lines"] == 2  # 58 and 60
+
+
+def test_decode_only_throughput_leaves_out_intervals_a_prefill_interrupted() -> None:
+    prefill = "[2026-11-30 16:11:20] Prefill batch, #new-seq: 3, #new-token: 1503\n"
+    decode = ("[2026-11-30 16:11:20] Decode batch, #running-req: 128, #token: 1, token usage: 0.01, "
+              "cuda graph: True, gen throughput (token/s): {}, #queue-req: 0\n")
+    text = decode.format(14000.0) + prefill + prefill + decode.format(9000.0) + decode.format(14200.0)
+    assert decode_log.decode_intervals(text) == [(128, 14000.0, False), (128, 9000.0, True),
+                                                 (128, 14200.0, False)]
+    steady = decode_log.steady_throughput(text, 128)
+    assert steady["median_tok_s"] == 14000.0
+    assert steady["decode_only"] == {"lines": 2, "median_tok_s": 14100.0}
 
 
 def kernel(name: str, ts: float, dur: float) -> dict:
