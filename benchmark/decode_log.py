@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 DECODE_LINE = re.compile(r"Decode batch, #running-req: (\d+),.*?gen throughput \(token/s\): ([\d.]+)")
-PREFILL_LINE = "Prefill batch"
+PREFILL_LINE = re.compile(r"Prefill batch, #new-seq: (\d+), #new-token: (\d+)")
 # A closed loop refills a finished request's slot after its prefill, so the batch sits a little
 # under C while the level runs; 90 % of C keeps the steady state and drops the drain.
 FULL_BATCH = 0.9
@@ -29,12 +29,22 @@ def decode_intervals(log_text: str) -> list[tuple[int, float, bool]]:
     """Each decode line's (running requests, gen tok/s, whether a prefill ran in its interval)."""
     intervals, prefilled = [], False
     for line in log_text.splitlines():
-        if PREFILL_LINE in line:
+        if PREFILL_LINE.search(line):
             prefilled = True
         elif match := DECODE_LINE.search(line):
             intervals.append((int(match[1]), float(match[2]), prefilled))
             prefilled = False
     return intervals
+
+
+def prefill_batches(log_text: str) -> dict:
+    """How a level's arrivals were grouped into prefill batches: how many batches, and the
+    requests and prompt tokens they prefilled (a chunked prompt counts in each of its chunks).
+    At C = max running requests two servers can group the same arrivals differently, and every
+    batch interrupts decoding (benchmark/results/2026-12-01-offcost-8b-2.2-write-graph)."""
+    batches = [(int(requests), int(tokens)) for requests, tokens in PREFILL_LINE.findall(log_text)]
+    return {"batches": len(batches), "requests": sum(r for r, _ in batches),
+            "tokens": sum(t for _, t in batches)}
 
 
 def _median(values: list[float]) -> Optional[dict]:

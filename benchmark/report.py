@@ -224,14 +224,18 @@ def versus_plain_table(res: Results) -> str:
     for name in res.gated():
         for c in sorted(plain.keys() & res.closed[name].keys()):
             gated, base = res.closed[name][c], plain[c]
-            steady = [res.gate.get(row["tag"], {}).get("steady_decode") or {} for row in (gated, base)]
+            levels = [res.gate.get(row["tag"], {}) for row in (gated, base)]
+            steady = [level.get("steady_decode") or {} for level in levels]
+            prefills = [level.get("prefills") for level in levels]
             rows.append([name, str(c), fmt(gated["output_throughput"] / base["output_throughput"], 3),
                          fmt(gated["median_tpot_ms"] / base["median_tpot_ms"], 3),
                          fmt(median_ratio(*steady), 3),
                          fmt(median_ratio(*(part.get("decode_only") for part in steady)), 3),
-                         fmt(gated["mean_ttft_ms"] / base["mean_ttft_ms"], 3)])
+                         fmt(gated["mean_ttft_ms"] / base["mean_ttft_ms"], 3),
+                         " / ".join(str(p["batches"]) for p in prefills) if all(prefills) else "–"])
     return md_table(["config", "C", "tok/s vs plain", "median TPOT vs plain",
-                     "steady decode tok/s vs plain", "decode only", "mean TTFT vs plain"], rows)
+                     "steady decode tok/s vs plain", "decode only", "mean TTFT vs plain",
+                     "prefill batches gated / plain"], rows)
 
 
 def median_ratio(gated: Optional[dict], base: Optional[dict]) -> Optional[float]:
@@ -294,7 +298,8 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "end of a level, where the batch falls under N and the gate speculates again. "
                   "decode only: the same over the log intervals no prefill interrupted (a "
                   "decode step's own cost; at a full batch two servers' prefills can come at "
-                  "different rates). "
+                  "different rates). prefill batches: those the server log shows during the "
+                  "level, each one an interruption of decoding. "
                   "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
                   "draft over the prompt too (about 6 % more prefill GPU time at 8B; "
                   "benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail)."]

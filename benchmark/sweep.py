@@ -397,11 +397,12 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
         run.fail(f"{tag} (see logs/bench-{config.name}-c{c}.log)")
         return
     after = gate_snapshot(url)
-    steady = decode_log.steady_throughput(decode_log.read_from(server_log, log_offset), c)
+    level_log = decode_log.read_from(server_log, log_offset)
     stages = (ttft_stages.mean_ms(stages_before, stage_totals(run))
               if stages_before is not None else None)
-    run.gate_row(tag, config.name, before, after, max_concurrency=c, steady_decode=steady,
-                 ttft_stages=stages)
+    run.gate_row(tag, config.name, before, after, max_concurrency=c,
+                 steady_decode=decode_log.steady_throughput(level_log, c),
+                 prefills=decode_log.prefill_batches(level_log), ttft_stages=stages)
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 

@@ -356,11 +356,13 @@ def run_dir(tmp_path: Path) -> Path:
                    0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2},
          "steady_decode": {"lines": 9, "median_tok_s": 2880.0,
                            "decode_only": {"lines": 5, "median_tok_s": 2910.0}} if c == 16 else None,
+         "prefills": {"batches": 12, "requests": 80, "tokens": 40000} if c == 16 else None,
          "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None}
         for c in GATE
     ] + [{"tag": "plain,c=16", "config": "plain", "max_concurrency": 16, "before": None,
           "after": None, "delta": None,  # a run from before decode_only was measured:
           "steady_decode": {"lines": 9, "median_tok_s": 3000.0},
+          "prefills": {"batches": 9, "requests": 80, "tokens": 40000},
           "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None}}
     ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
           "after": {}, "delta": {"decode_steps_spec": 50, "decode_steps_plain": 60,
@@ -404,7 +406,7 @@ def test_report_tables(run_dir: Path) -> None:
     assert "target `/tmp/models/target`, draft `/tmp/models/draft`, 3 draft steps" in text
     # gated / plain: 2550 / 2700 tok/s; TPOT 1000*16/2550 over 1000*16/2700
     # steady decode 2880 / 3000; decode only: plain's not measured; mean TTFT 60 / 50
-    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | – | 1.200 |" in text
+    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | – | 1.200 | 12 / 9 |" in text
     assert "| gate-4 | 8 | 0.987 | 1.014 | – | – | 1.200 |" in text  # no steady-state lines recorded
 
 
@@ -500,7 +502,7 @@ def test_steady_decode_throughput_from_the_scheduler_log(tmp_path: Path) -> None
                 f"gen throughput (token/s): {tok_s}, #queue-req: 0\n")
     earlier = line(64, 1.0)  # another level's line, before the offset
     text = "".join([line(20, 500.0), line(58, 8000.0), line(64, 9000.0), line(60, 8500.0),
-                    "[2026-11-30 16:11:20] Prefill batch, #new-seq: 1\n", line(40, 6000.0)])
+                    "[2026-11-30 16:11:20] Prefill batch, #new-seq: 1, #new-token: 396\n", line(40, 6000.0)])
     log = tmp_path / "server.log"
     log.write_text(earlier + text)
     level = decode_log.read_from(log, len(earlier))
@@ -518,6 +520,7 @@ def test_decode_only_throughput_leaves_out_intervals_a_prefill_interrupted() -> 
     decode = ("[2026-11-30 16:11:20] Decode batch, #running-req: 128, #token: 1, token usage: 0.01, "
               "cuda graph: True, gen throughput (token/s): {}, #queue-req: 0\n")
     text = decode.format(14000.0) + prefill + prefill + decode.format(9000.0) + decode.format(14200.0)
+    assert decode_log.prefill_batches(text) == {"batches": 2, "requests": 6, "tokens": 3006}
     assert decode_log.decode_intervals(text) == [(128, 14000.0, False), (128, 9000.0, True),
                                                  (128, 14200.0, False)]
     steady = decode_log.steady_throughput(text, 128)
