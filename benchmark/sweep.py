@@ -155,6 +155,23 @@ def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+# SGLang's custom loader refuses a fixed output length under 4 (sglang/benchmark/datasets/custom.py).
+MIN_OUTPUT_LEN = 4
+
+
+def output_len_arg(text: str) -> int:
+    """``--output-len``: 0 (each prompt's answer length) or a length SGLang's loader accepts,
+    so a bad value stops the sweep before any server starts, not in its first client."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or (value != 0 and value < MIN_OUTPUT_LEN):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give 0 (each prompt's answer length) or at least {MIN_OUTPUT_LEN} tokens")
+    return value
+
+
 def thresholds_arg(text: str) -> Optional[list[int]]:
     """``"8,16"`` -> [8, 16]; ``"auto"`` -> None: the N find_threshold.py suggests (auto_thresholds)."""
     return None if text == AUTO else int_list(text)
@@ -673,7 +690,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="closed-loop levels, comma list")
     p.add_argument("--prompts-per-concurrency", type=int, default=8)
     p.add_argument("--min-prompts", type=int, default=32)
-    p.add_argument("--output-len", type=int, default=256,
+    p.add_argument("--output-len", type=output_len_arg, default=256,
                    help="output tokens per request; 0: each prompt's answer length (mixed)")
     p.add_argument("--scenarios", default="closed,bursty", help="closed, bursty or both")
     p.add_argument("--bursty-phases", type=parse_phases, default=parse_phases("2:60,32:60,2:60"),

@@ -192,6 +192,15 @@ def test_bench_command(tmp_path: Path) -> None:
     assert "--sharegpt-output-len" not in mixed  # the loader takes each answer's length
 
 
+@pytest.mark.parametrize("value", ["2", "-8", "many"])
+def test_an_output_length_sglangs_loader_refuses_stops_the_sweep(tmp_path: Path, capsys, value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.parse_args(sweep_args(tmp_path, "--output-len", value))
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "--output-len" in error and "give 0 (each prompt's answer length) or at least 4 tokens" in error
+
+
 def test_phases_prompts_and_slices(tmp_path: Path) -> None:
     phases = sweep.parse_phases("2:60,32:30.5")
     assert phases == [sweep.Phase(2, 60), sweep.Phase(32, 30.5)]
