@@ -214,7 +214,8 @@ def output_lengths(row: dict) -> str:
     fixed = row.get("sharegpt_output_len")
     if fixed:
         return f"output {fixed} tokens per request"
-    return "output lengths from the prompts' answers (mixed)"
+    mean = row["total_output_tokens"] / max(row["completed"], 1)
+    return f"output lengths from the prompts' answers (mixed, {mean:.0f} tokens a request on average)"
 
 
 def versus_plain_table(res: Results) -> str:

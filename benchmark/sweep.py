@@ -47,6 +47,7 @@ from typing import Iterator, Optional
 import decode_log
 import find_threshold
 import kernel_profile
+import output_spread
 import prompts
 import serving_session
 import ttft_stages
@@ -172,6 +173,18 @@ def output_len_arg(text: str) -> int:
     return value
 
 
+def spread_arg(text: str) -> float:
+    """``--output-len-spread``: a fraction of --output-len, 0 <= S < 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a fraction of --output-len from 0 (every request the same) to below 1")
+    return value
+
+
 def thresholds_arg(text: str) -> Optional[list[int]]:
     """``"8,16"`` -> [8, 16]; ``"auto"`` -> None: the N find_threshold.py suggests (auto_thresholds)."""
     return None if text == AUTO else int_list(text)
@@ -210,7 +223,7 @@ def bench_command(args: argparse.Namespace, *, tag: str, dataset: Path, output_f
         "--seed", str(seed), "--disable-tqdm",
         "--output-file", str(output_file), "--tag", tag,
     ]
-    output_len = output_len or args.output_len
+    output_len = output_len or (None if args.output_len_spread else args.output_len)
     if output_len:  # else each prompt's own answer length (the dataset's assistant turn)
         cmd += ["--sharegpt-output-len", str(output_len)]
     if concurrency is not None:
@@ -625,6 +638,26 @@ def prompts_needed(args: argparse.Namespace) -> int:
 
 
 def prepare_dataset(run: Run) -> Path:
+    """The prompts every level samples: --dataset or prompts.py's, with the answers cut to
+    spread output lengths under --output-len-spread."""
+    args = run.args
+    dataset = prompts_dataset(run)
+    if not args.output_len_spread:
+        return dataset
+    spread = run.work / "prompts-spread.jsonl"
+    if not args.dry_run:
+        from sglang.benchmark.utils import get_tokenizer  # the client's, so lengths count alike
+
+        tokenizer = get_tokenizer(args.tokenizer or args.model_path)
+        digest = output_spread.write_spread_dataset(dataset, spread, tokenizer, args.output_len,
+                                                    args.output_len_spread, args.prompt_seed)
+        low, high = output_spread.length_range(args.output_len, args.output_len_spread)
+        run.note(f"# output lengths: each answer cut to {low}-{high} tokens, drawn uniformly "
+                 f"(output_spread.py, seed {args.prompt_seed}) sha256 {digest}")
+    return spread
+
+
+def prompts_dataset(run: Run) -> Path:
     args = run.args
     needed = prompts_needed(args)
     if args.dataset is not None:
@@ -692,6 +725,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--min-prompts", type=int, default=32)
     p.add_argument("--output-len", type=output_len_arg, default=256,
                    help="output tokens per request; 0: each prompt's answer length (mixed)")
+    p.add_argument("--output-len-spread", type=spread_arg, default=0.0,
+                   help="draw each prompt's output length uniformly from --output-len times "
+                        "(1 - S) to (1 + S), so a closed loop's requests do not finish in "
+                        "lockstep (output_spread.py); default 0")
     p.add_argument("--scenarios", default="closed,bursty", help="closed, bursty or both")
     p.add_argument("--bursty-phases", type=parse_phases, default=parse_phases("2:60,32:60,2:60"),
                    help="RATE:SECONDS,... (default 2:60,32:60,2:60)")
@@ -723,6 +760,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--configs: choose from {', '.join(CONFIG_KINDS)}, got {args.configs}")
     if any(n < 1 for n in args.thresholds or []):
         p.error("--thresholds: N >= 1 (0 would mean a gate that never fires)")
+    if args.output_len_spread and not args.output_len:
+        p.error("--output-len-spread spreads lengths around --output-len: give it a length, not 0")
     if args.profile_prefill and not args.profile_concurrency:
         p.error("--profile-prefill profiles a wave of --profile-concurrency requests: give both")
     if args.configs != ["plain"] and not args.draft_model_path:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ import cpu_profile  # noqa: E402
 import decode_log  # noqa: E402
 import kernel_profile  # noqa: E402
 import find_threshold  # noqa: E402
+import model_pair  # noqa: E402
+import output_spread  # noqa: E402
 import prompts  # noqa: E402
 import report  # noqa: E402
 import sweep  # noqa: E402
@@ -199,6 +202,73 @@ def test_an_output_length_sglangs_loader_refuses_stops_the_sweep(tmp_path: Path,
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert "--output-len" in error and "give 0 (each prompt's answer length) or at least 4 tokens" in error
+
+
+@pytest.mark.parametrize("value", ["1", "1.5", "-0.1", "wide"])
+def test_a_spread_outside_0_to_1_stops_the_sweep(tmp_path: Path, capsys, value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.parse_args(sweep_args(tmp_path, "--output-len-spread", value))
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "--output-len-spread" in error and "give a fraction of --output-len from 0" in error
+
+
+def test_a_spread_needs_a_length_to_spread(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        sweep.parse_args(sweep_args(tmp_path, "--output-len", "0", "--output-len-spread", "0.5"))
+    assert "--output-len-spread spreads lengths around --output-len" in capsys.readouterr().err
+
+
+def test_spread_lengths_are_uniform_around_the_mean() -> None:
+    lengths = output_spread.spread_lengths(4000, 256, 0.5, seed=0)
+    assert lengths == output_spread.spread_lengths(4000, 256, 0.5, seed=0)
+    assert (min(lengths), max(lengths)) == output_spread.length_range(256, 0.5) == (128, 384)
+    assert abs(statistics.mean(lengths) - 256) < 4
+    assert output_spread.spread_lengths(3, 256, 0.0, seed=0) == [256, 256, 256]
+    assert output_spread.length_range(6, 0.9) == (4, 11)  # never under the sweep's floor
+
+
+@pytest.fixture(scope="module")
+def pair_tokenizer(tmp_path_factory) -> str:
+    """The generated models' tokenizer (model_pair.py), the one the benchmarks count with."""
+    path = tmp_path_factory.mktemp("tokenizer")
+    model_pair.write_tokenizer(str(path))
+    return str(path)
+
+
+def test_answers_are_cut_to_exactly_the_drawn_token_count(pair_tokenizer: str) -> None:
+    from sglang.benchmark.utils import get_tokenizer
+
+    tokenizer = get_tokenizer(pair_tokenizer)
+    for answer in ('    return {"key": value}  # done', "x", "déjà vu → λ"):
+        for length in range(4, 90):
+            text = output_spread.answer_of_length(tokenizer, answer, length)
+            assert len(tokenizer.encode(text)) == length, (answer, length)
+
+
+def test_sglangs_loader_reads_the_drawn_lengths_from_the_spread_dataset(
+        tmp_path: Path, sources: Path, pair_tokenizer: str) -> None:
+    from sglang.benchmark.datasets import custom
+    from sglang.benchmark.utils import get_tokenizer
+
+    args = sweep.parse_args(["--model-path", pair_tokenizer, "--configs", "plain",
+                             "--run-dir", str(tmp_path / "run"), "--scenarios", "closed",
+                             "--concurrency", "2", "--min-prompts", "16", "--rows", "16",
+                             "--tool-fraction", "0.5", "--source", str(sources),
+                             "--output-len", "64", "--output-len-spread", "0.5"])
+    run = sweep.Run(args)
+    for d in (run.logs, run.work):
+        d.mkdir(parents=True, exist_ok=True)
+    dataset = sweep.prepare_dataset(run)
+    loaded = custom.sample_custom_requests(str(dataset), 16, get_tokenizer(pair_tokenizer))
+    drawn = output_spread.spread_lengths(16, 64, 0.5, seed=args.prompt_seed)
+    assert sorted(row.output_len for row in loaded) == sorted(drawn)
+    assert "each answer cut to 32-96 tokens" in (run.dir / "command.txt").read_text()
+    # Levels take each answer's length; a profile's requests keep theirs fixed.
+    level = sweep.level_command(run, sweep.ServerConfig("plain", ()), 2, dataset)
+    assert "--sharegpt-output-len" not in level
+    assert "--sharegpt-output-len 2048" in " ".join(
+        sweep.profile_load_command(run, sweep.ServerConfig("plain", ()), dataset, "profile", 2048))
 
 
 def test_phases_prompts_and_slices(tmp_path: Path) -> None:
