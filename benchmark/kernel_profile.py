@@ -6,13 +6,18 @@ wave of C requests sent at once. ``summarize_trace`` turns a trace into ``profil
 or ``profile-prefill-<config>.json``: kernels summed by name and family, GPU busy time per step
 (a wave counts as one), how busy the GPU was over the profiled span (idle gaps are CPU-side
 cost; meaningless for a wave, whose span includes the client's start), and after which kernels
-the GPU sat idle.
+the GPU sat idle. ``prefill_intervals`` takes a trace of mixed steps apart instead: what each
+prefill between two decode steps cost the decoding requests, and how much of that the GPU was busy.
+
+    python benchmark/kernel_profile.py trace-plain/*.trace.json.gz trace-gate-9/*.trace.json.gz
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -85,8 +90,46 @@ def summarize_trace(trace: dict, steps: int) -> dict:
 
 
 def summarize_file(path: Path, steps: int) -> dict:
+    return summarize_trace(read_trace(path), steps)
+
+
+def read_trace(path: Path) -> dict:
     with gzip.open(path) as f:
-        return summarize_trace(json.load(f), steps)
+        return json.load(f)
+
+
+# Triton's kernels (the attention backend every benchmark here runs): extend attention runs in
+# prefills only, decode attention in every decode step (plain, or the gate's off state).
+EXTEND_ATTENTION, DECODE_ATTENTION = "_fwd_kernel", "_fwd_grouped_kernel_stage1"
+
+
+def prefill_intervals(trace: dict) -> list[dict]:
+    """What each prefill in a trace of mixed steps costs the decoding requests: the time from the
+    decode step before it (its last decode-attention kernel) to the decode step after it (its
+    first), and the GPU time busy in between. A prefill is a run of extend-attention kernels with
+    no decode attention among them. Where GPU busy falls short of the interval, the GPU waited on
+    the CPU: an eager prefill launches every kernel from Python."""
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+    work = sorted((e for e in events if e.get("ph") == "X" and "dur" in e
+                   and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    decode = [i for i, e in enumerate(work) if e["name"] == DECODE_ATTENTION]
+    intervals = []
+    for before, after in zip(decode, decode[1:]):
+        between = work[before + 1:after]
+        if any(e["name"] == EXTEND_ATTENTION for e in between):
+            start = work[before]["ts"] + work[before]["dur"]
+            intervals.append({"interval_ms": (work[after]["ts"] - start) / 1e3,
+                              "gpu_busy_ms": sum(e["dur"] for e in between) / 1e3})
+    return intervals
+
+
+def prefill_interval_summary(trace: dict) -> dict:
+    intervals = prefill_intervals(trace)
+    if not intervals:
+        raise ValueError("the trace holds no prefill between two decode steps")
+    return {"prefills": len(intervals),
+            **{f"median_{k}": statistics.median(i[k] for i in intervals)
+               for k in ("interval_ms", "gpu_busy_ms")}}
 
 
 def summary_line(summary: dict) -> str:
@@ -96,3 +139,15 @@ def summary_line(summary: dict) -> str:
     return (f"{summary['config']} {phase} profile c={summary['concurrency']}: GPU busy "
             f"{summary['busy_ms_per_step']:.2f} ms/{unit} (attention {fam['attention']:.2f}, gemm "
             f"{fam['gemm']:.2f}, other {fam['other']:.2f}){span}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="What each prefill of a profiled trace cost "
+                                     "(prefill_intervals), one JSON line per trace.")
+    parser.add_argument("traces", type=Path, nargs="+", help="*.trace.json.gz from /start_profile")
+    for path in parser.parse_args().traces:
+        print(json.dumps({"trace": str(path), **prefill_interval_summary(read_trace(path))}))
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@ against the installed client's source so the fixtures cannot drift from it.
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import math
@@ -641,6 +642,28 @@ def test_idle_after_counts_gaps_in_the_union_of_streams() -> None:
                kernel("graph_node", 402, 10)]
     assert kernel_profile.idle_after(kernels, steps=1) == [
         {"after": "plan", "ms_per_step": pytest.approx(0.01), "pauses_per_step": 1.0}]
+
+
+def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_path: Path, capsys) -> None:
+    decode, extend = kernel_profile.DECODE_ATTENTION, kernel_profile.EXTEND_ATTENTION
+    trace = {"traceEvents": [
+        kernel(decode, 0, 100), kernel("gemm", 100, 100),  # a decode step
+        kernel(decode, 300, 100),  # the next one: no prefill in between
+        kernel("embed", 1000, 100), kernel(extend, 1200, 300), kernel(extend, 1600, 200),  # prefill
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD", "ts": 1900, "dur": 100},
+        kernel(decode, 2400, 100),  # the decode step after it
+        kernel(extend, 3000, 100),  # a prefill the trace ends in: no decode step after it
+    ]}
+    assert kernel_profile.prefill_intervals(trace) == [{"interval_ms": 2.0, "gpu_busy_ms": 0.7}]
+    path = tmp_path / "t.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(trace, f)
+    sys.argv = ["kernel_profile.py", str(path)]
+    kernel_profile.main()
+    assert json.loads(capsys.readouterr().out) == {
+        "trace": str(path), "prefills": 1, "median_interval_ms": 2.0, "median_gpu_busy_ms": 0.7}
+    with pytest.raises(ValueError, match="no prefill between two decode steps"):
+        kernel_profile.prefill_interval_summary({"traceEvents": trace["traceEvents"][:3]})
 
 
 def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
