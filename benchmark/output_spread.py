@@ -5,7 +5,7 @@ waves: C requests are admitted together, decode together, finish together, and t
 prefill back to back before anyone decodes. A small timing difference (one slower prefill, one
 request admitted a step later) splits a wave into groups that then stay apart, and each group's
 prefills stall the others' decoding. Which of the two a level settles in moved a plain server's
-own median TPOT at C = 128 between 11.1 and 12.4 ms over eight runs of one configuration
+own median TPOT at C = 128 between 11.0 and 12.3 ms over eight runs of one configuration
 (benchmark/results/2026-12-01-offcost-8b-2.2-spread). Serving traffic has no waves.
 
 ``sweep.py --output-len L --output-len-spread S`` draws each prompt's output length uniformly
