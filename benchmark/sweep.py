@@ -649,8 +649,12 @@ def prepare_dataset(run: Run) -> Path:
         from sglang.benchmark.utils import get_tokenizer  # the client's, so lengths count alike
 
         tokenizer = get_tokenizer(args.tokenizer or args.model_path)
-        digest = output_spread.write_spread_dataset(dataset, spread, tokenizer, args.output_len,
-                                                    args.output_len_spread, args.prompt_seed)
+        try:
+            digest = output_spread.write_spread_dataset(dataset, spread, tokenizer, args.output_len,
+                                                        args.output_len_spread, args.prompt_seed)
+        except ValueError as e:  # a tokenizer whose cuts never settle: say so before any server
+            raise SystemExit(f"--output-len-spread: {e} with {args.tokenizer or args.model_path}'s "
+                             "tokenizer; run without the spread") from None
         low, high = output_spread.length_range(args.output_len, args.output_len_spread)
         run.note(f"# output lengths: each answer cut to {low}-{high} tokens, drawn uniformly "
                  f"(output_spread.py, seed {args.prompt_seed}) sha256 {digest}")

@@ -247,19 +247,43 @@ def test_answers_are_cut_to_exactly_the_drawn_token_count(pair_tokenizer: str) -
             assert len(tokenizer.encode(text)) == length, (answer, length)
 
 
+def spread_run(tmp_path: Path, sources: Path, model_path: str, *extra: str) -> "sweep.Run":
+    """A closed-loop sweep of 16 prompts from ``sources``, its directories made as main() does."""
+    run = sweep.Run(sweep.parse_args([
+        "--model-path", model_path, "--configs", "plain", "--scenarios", "closed",
+        "--run-dir", str(tmp_path / "run"), "--concurrency", "2", "--min-prompts", "16",
+        "--rows", "16", "--tool-fraction", "0.5", "--source", str(sources), *extra]))
+    for d in (run.logs, run.work):
+        d.mkdir(parents=True, exist_ok=True)
+    return run
+
+
+def test_a_tokenizer_the_answers_cannot_be_cut_for_stops_the_sweep(tmp_path: Path, sources: Path,
+                                                                    monkeypatch) -> None:
+    # A stand-in: every real tokenizer tried settles (the test above); this one never encodes
+    # to the length asked, as an exotic one might.
+    class Stubborn:
+        def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+            return [0] * (len(text) * 2 + 1)
+
+        def decode(self, ids: list[int]) -> str:
+            return "a" * len(ids)
+
+    import sglang.benchmark.utils
+
+    monkeypatch.setattr(sglang.benchmark.utils, "get_tokenizer", lambda path: Stubborn())
+    run = spread_run(tmp_path, sources, "/m/t", "--output-len-spread", "0.5")
+    with pytest.raises(SystemExit, match="--output-len-spread: no cut of the answer encodes to"):
+        sweep.prepare_dataset(run)
+
+
 def test_sglangs_loader_reads_the_drawn_lengths_from_the_spread_dataset(
         tmp_path: Path, sources: Path, pair_tokenizer: str) -> None:
     from sglang.benchmark.datasets import custom
     from sglang.benchmark.utils import get_tokenizer
 
-    args = sweep.parse_args(["--model-path", pair_tokenizer, "--configs", "plain",
-                             "--run-dir", str(tmp_path / "run"), "--scenarios", "closed",
-                             "--concurrency", "2", "--min-prompts", "16", "--rows", "16",
-                             "--tool-fraction", "0.5", "--source", str(sources),
-                             "--output-len", "64", "--output-len-spread", "0.5"])
-    run = sweep.Run(args)
-    for d in (run.logs, run.work):
-        d.mkdir(parents=True, exist_ok=True)
+    run = spread_run(tmp_path, sources, pair_tokenizer, "--output-len", "64", "--output-len-spread", "0.5")
+    args = run.args
     dataset = sweep.prepare_dataset(run)
     loaded = custom.sample_custom_requests(str(dataset), 16, get_tokenizer(pair_tokenizer))
     drawn = output_spread.spread_lengths(16, 64, 0.5, seed=args.prompt_seed)
