@@ -135,7 +135,8 @@ def prefill_interval_summary(trace: dict) -> dict:
 def summary_line(summary: dict) -> str:
     fam = summary["family_ms_per_step"]
     phase = summary.get("phase", "decode")
-    unit, span = ("step", f", {summary['gpu_busy_fraction']:.0%} of the span") if phase == "decode" else ("wave", "")
+    unit, span = (("wave", "") if phase == "prefill"
+                  else ("step", f", {summary['gpu_busy_fraction']:.0%} of the span"))
     return (f"{summary['config']} {phase} profile c={summary['concurrency']}: GPU busy "
             f"{summary['busy_ms_per_step']:.2f} ms/{unit} (attention {fam['attention']:.2f}, gemm "
             f"{fam['gemm']:.2f}, other {fam['other']:.2f}){span}")

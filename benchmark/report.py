@@ -43,7 +43,7 @@ class Results:
     closed: dict[str, dict[int, dict]] = field(default_factory=dict)  # config -> C -> row
     gate: dict[str, dict] = field(default_factory=dict)  # tag -> gate.jsonl row
     bursty: dict[str, list[dict]] = field(default_factory=dict)  # config -> phase rows
-    # phase (decode, prefill) -> config -> profile-[<phase>-]<config>.json
+    # phase (decode, prefill, level) -> config -> profile-[<phase>-]<config>.json
     profiles: dict[str, dict[str, dict]] = field(default_factory=dict)
 
     def envelope(self) -> dict[int, float]:
@@ -281,6 +281,21 @@ def profile_table(profiles: dict[str, dict], unit: str, with_busy: bool) -> str:
                      *([f"longest idle, after (ms/{unit})"] if with_busy else [])], rows)
 
 
+def prefill_interval_table(profiles: dict[str, dict]) -> str:
+    plain = (profiles.get("plain") or {}).get("prefill_intervals")
+    rows = []
+    for name, p in profiles.items():
+        cost = p.get("prefill_intervals")
+        if cost is None:
+            rows.append([name, "0", "–", "–", "–"])
+            continue
+        versus = cost["median_interval_ms"] / plain["median_interval_ms"] if plain else None
+        rows.append([name, str(cost["prefills"]), fmt(cost["median_interval_ms"], 1), fmt(versus, 2),
+                     fmt(cost["median_gpu_busy_ms"], 1)])
+    return md_table(["config", "prefills", "median interval ms", "vs plain", "GPU busy in it ms"],
+                    rows)
+
+
 def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: float,
              plot: Optional[str]) -> str:
     parts = [f"# Sweep: {', '.join(titles)}", setup_line(res)]
@@ -319,6 +334,15 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "GPU kernel time per forward step from SGLang's `/start_profile` over steady "
                   "decode; GPU busy: kernel time over the profiled span (the rest is idle, "
                   "waiting on the CPU). Full kernel lists in `profile-<config>.json`."]
+    if "level" in res.profiles:
+        parts += ["## Loaded level profile (`--profile-level`)",
+                  profile_table(res.profiles["level"], "step", with_busy=True),
+                  prefill_interval_table(res.profiles["level"]),
+                  "Forward steps of a closed level as its load mixed prefills and decode steps. "
+                  "A prefill's interval: from the decode step before it to the one after it, what "
+                  "it cost the decoding requests; GPU busy: the kernel time in it, the rest the "
+                  "GPU waited on the CPU (`kernel_profile.prefill_intervals`). Kernels in "
+                  "`profile-level-<config>.json`."]
     if "prefill" in res.profiles:
         parts += ["## Prefill wave profile (`--profile-prefill`)",
                   profile_table(res.profiles["prefill"], "wave", with_busy=False),

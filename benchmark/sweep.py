@@ -37,9 +37,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -59,6 +60,9 @@ AUTO = "auto"
 GATE_COUNTERS = ("decode_steps_spec", "decode_steps_plain", "switches")
 PROFILE_WAIT_S = 120.0  # for the profile load to reach decode, and for the trace
 PREFILL_WAVE_OUTPUT_LEN = 4  # the fewest output tokens sglang.benchmark.serving accepts
+# How far into a closed level --profile-level starts its trace: past the client's start, the
+# warm-up requests and the ramp to C running requests.
+LEVEL_PROFILE_DELAY_S = 8.0
 
 
 @dataclass(frozen=True)
@@ -423,7 +427,10 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     stages_before = stage_totals(run)
     server_log = run.logs / f"server-{config.name}.log"
     log_offset = server_log.stat().st_size
-    if client.run(serving_session.arguments_of(cmd), run.logs / f"bench-{config.name}-c{c}.log") != 0:
+    with LevelProfile(run, config, c) if c == run.args.profile_level else nullcontext():
+        exit_code = client.run(serving_session.arguments_of(cmd),
+                               run.logs / f"bench-{config.name}-c{c}.log")
+    if exit_code != 0:
         run.fail(f"{tag} (see logs/bench-{config.name}-c{c}.log)")
         return
     after = gate_snapshot(url)
@@ -434,6 +441,47 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
                  steady_decode=decode_log.steady_throughput(level_log, c),
                  prefills=decode_log.prefill_batches(level_log), ttft_stages=stages)
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
+
+
+class LevelProfile:
+    """``--profile-level C``: around the closed level at C, a trace of --profile-steps forward
+    steps started LEVEL_PROFILE_DELAY_S into it, prefills and decode steps as the load mixes them;
+    written with what each prefill cost the decoding requests (kernel_profile.prefill_intervals)
+    to profile-level-<config>.json."""
+
+    def __init__(self, run: Run, config: ServerConfig, c: int) -> None:
+        self.run, self.config, self.c = run, config, c
+        self.trace_dir = run.work / f"profile-level-{config.name}"
+        self.started = threading.Event()
+        self.timer = threading.Timer(LEVEL_PROFILE_DELAY_S, self._start)
+
+    def _start(self) -> None:
+        start_profile(base_url(self.run.args), self.trace_dir, self.run.args.profile_steps)
+        self.started.set()
+
+    def __enter__(self) -> "LevelProfile":
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+        self.timer.join()  # a start already under way finishes
+        if not self.started.is_set():
+            self.run.fail(f"{self.config.name} level profile: the level ended within "
+                          f"{LEVEL_PROFILE_DELAY_S:g} s, or the profiler did not start")
+            return
+        if not wait_for(lambda: any(self.trace_dir.glob("*.trace.json.gz")), timeout=10):
+            # The level ended before --profile-steps steps: the profiler writes what it has on stop.
+            http_request(base_url(self.run.args) + "/stop_profile", timeout=120)
+        trace = written_trace(self.trace_dir)
+        intervals = None
+        if trace is not None:
+            try:
+                intervals = kernel_profile.prefill_interval_summary(kernel_profile.read_trace(trace))
+            except ValueError:
+                pass  # no prefill between two decode steps: the summary has none then
+        write_profile(self.run, self.config, trace, self.run.args.profile_steps, "level",
+                      concurrency=self.c, prefill_intervals=intervals)
 
 
 def stage_totals(run: Run) -> Optional[ttft_stages.Totals]:
@@ -476,7 +524,7 @@ def written_trace(trace_dir: Path, load: Optional[subprocess.Popen] = None) -> O
 
 
 def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: int, phase: str,
-                  **fields) -> None:
+                  concurrency: Optional[int] = None, **fields) -> None:
     """Summarize ``trace`` into profile-<config>.json (decode) or profile-<phase>-<config>.json."""
     if trace is None:
         run.fail(f"{config.name} {phase} profile: the profiler wrote no trace")
@@ -486,8 +534,8 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
     except ValueError as e:
         run.fail(f"{config.name} {phase} profile: {e}")
         return
-    summary.update(config=config.name, phase=phase, concurrency=run.args.profile_concurrency,
-                   **fields)
+    summary.update(config=config.name, phase=phase,
+                   concurrency=concurrency or run.args.profile_concurrency, **fields)
     stem = "profile" if phase == "decode" else f"profile-{phase}"
     (run.dir / f"{stem}-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(kernel_profile.summary_line(summary), flush=True)
@@ -742,6 +790,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=20, help="forward steps to profile")
     p.add_argument("--profile-output-len", type=int, default=2048,
                    help="output tokens of the profiled requests: decode must outlast the profile")
+    p.add_argument("--profile-level", type=int, metavar="C",
+                   help=f"profile --profile-steps forward steps of each server's closed level at "
+                        f"concurrency C, {LEVEL_PROFILE_DELAY_S:g} s into it: prefills and decode "
+                        f"steps as the load mixes them (profile-level-*.json, with what each "
+                        f"prefill cost the decoding requests)")
     p.add_argument("--ttft-stages", action="store_true",
                    help="serve with --enable-metrics and record each closed level's mean queue, "
                         "prefill and TTFT per request from SGLang's histograms (ttft_stages.py)")
@@ -766,6 +819,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--thresholds: N >= 1 (0 would mean a gate that never fires)")
     if args.output_len_spread and not args.output_len:
         p.error("--output-len-spread spreads lengths around --output-len: give it a length, not 0")
+    if args.profile_level is not None and (
+            "closed" not in args.scenarios or args.profile_level not in args.concurrency):
+        p.error(f"--profile-level {args.profile_level} profiles a closed-loop level: give one of "
+                f"--concurrency {','.join(map(str, args.concurrency))} with --scenarios closed")
     if args.profile_prefill and not args.profile_concurrency:
         p.error("--profile-prefill profiles a wave of --profile-concurrency requests: give both")
     if args.configs != ["plain"] and not args.draft_model_path:

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import re
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -690,6 +691,79 @@ def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_pat
         kernel_profile.prefill_interval_summary({"traceEvents": trace["traceEvents"][:3]})
 
 
+def mixed_steps_trace() -> dict:
+    """Decode, prefill (its GPU busy 0.5 of its 2 ms interval), decode."""
+    decode, extend = kernel_profile.DECODE_ATTENTION, kernel_profile.EXTEND_ATTENTION
+    return {"traceEvents": [kernel(decode, 0, 100), kernel(extend, 500, 300), kernel("gemm", 900, 200),
+                            kernel(decode, 2100, 100)]}
+
+
+@pytest.mark.parametrize("extra", [["--profile-level", "8"],
+                                   ["--profile-level", "16", "--scenarios", "bursty"]])
+def test_a_level_profile_needs_a_closed_level_to_profile(tmp_path: Path, capsys, extra) -> None:
+    with pytest.raises(SystemExit):
+        sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16,32", *extra))
+    assert "profiles a closed-loop level: give one of --concurrency 16,32" in capsys.readouterr().err
+
+
+def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool) -> "sweep.Run":
+    """A sweep whose server is a stand-in: /start_profile writes a trace of mixed steps when
+    ``profiler_writes``, else only once /stop_profile comes; the real LevelProfile around it."""
+    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--profile-level", "16")))
+    run.dir.mkdir(parents=True)
+    shutil.rmtree(run.work, ignore_errors=True)  # as main() does: named after the run, not the test
+    requests = []
+
+    def write_trace(trace_dir: Path) -> None:
+        with gzip.open(trace_dir / "x.trace.json.gz", "wt") as f:
+            json.dump(mixed_steps_trace(), f)
+
+    def start_profile(url, trace_dir, num_steps=None):
+        requests.append(("start", num_steps))
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        if profiler_writes:
+            write_trace(trace_dir)
+
+    def http_request(url, payload=None, timeout=30):
+        requests.append(("stop", None))
+        write_trace(run.work / "profile-level-plain")
+        return b""
+
+    monkeypatch.setattr(sweep, "start_profile", start_profile)
+    monkeypatch.setattr(sweep, "http_request", http_request)
+    monkeypatch.setattr(sweep, "LEVEL_PROFILE_DELAY_S", 0.01)
+    monkeypatch.setattr(sweep.time, "sleep", lambda s: None)  # the wait for a trace to settle
+    run.requests = requests
+    return run
+
+
+@pytest.mark.parametrize("profiler_writes, requests", [
+    (True, [("start", 20)]),
+    (False, [("start", 20), ("stop", None)]),  # the level ended before --profile-steps
+])
+def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, profiler_writes,
+                                                   requests) -> None:
+    run = level_profile_run(tmp_path, monkeypatch, profiler_writes)
+    monkeypatch.setattr(sweep, "wait_for", lambda condition, load=None, timeout=0: condition())
+    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+        while not run.requests:
+            pass  # the level: it lasts until the timer has started the profiler
+    assert run.requests == requests and not run.failures
+    summary = json.loads((run.dir / "profile-level-plain.json").read_text())
+    assert (summary["phase"], summary["concurrency"], summary["steps"]) == ("level", 16, 20)
+    assert summary["prefill_intervals"] == {"prefills": 1, "median_interval_ms": 2.0,
+                                            "median_gpu_busy_ms": 0.5}
+
+
+def test_a_level_shorter_than_the_profile_delay_fails_the_sweep(tmp_path: Path, monkeypatch) -> None:
+    run = level_profile_run(tmp_path, monkeypatch, profiler_writes=True)
+    monkeypatch.setattr(sweep, "LEVEL_PROFILE_DELAY_S", 60.0)
+    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+        pass
+    assert run.requests == [] and run.failures == [
+        "plain level profile: the level ended within 60 s, or the profiler did not start"]
+
+
 def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
     def write(file: str, attention_us: float, **fields) -> None:
         trace = {"traceEvents": [kernel("_fwd_kernel", 0, attention_us), kernel("nvjet_x", 1000, 200)]}
@@ -708,6 +782,20 @@ def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
     prefill = text[text.index("## Prefill wave profile"):]
     assert "| GPU ms/wave | vs plain |" in prefill and "GPU busy" not in prefill.split("\n\n")[1]
     assert "| gate-4 | 16 | 2.40 | 1.200 | 2.20 | 0.20 | 0.00 | `_fwd_kernel` 2.20 |" in prefill
+
+
+def test_report_shows_what_each_prefill_of_a_loaded_level_cost(run_dir: Path) -> None:
+    for name, busy_us in (("plain", 200), ("gate-4", 300)):
+        trace = mixed_steps_trace()
+        trace["traceEvents"][2]["dur"] = busy_us
+        summary = kernel_profile.summarize_trace(trace, steps=2) | {
+            "config": name, "phase": "level", "concurrency": 16,
+            "prefill_intervals": kernel_profile.prefill_interval_summary(trace)}
+        (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    level = text[text.index("## Loaded level profile"):]
+    assert "| plain | 1 | 2.0 | 1.00 | 0.5 |" in level
+    assert "| gate-4 | 1 | 2.0 | 1.00 | 0.6 |" in level
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
