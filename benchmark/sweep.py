@@ -453,10 +453,15 @@ class LevelProfile:
         self.run, self.config, self.c = run, config, c
         self.trace_dir = run.work / f"profile-level-{config.name}"
         self.started = threading.Event()
+        self.refused: Optional[OSError] = None
         self.timer = threading.Timer(LEVEL_PROFILE_DELAY_S, self._start)
 
     def _start(self) -> None:
-        start_profile(base_url(self.run.args), self.trace_dir, self.run.args.profile_steps)
+        try:
+            start_profile(base_url(self.run.args), self.trace_dir, self.run.args.profile_steps)
+        except OSError as e:  # URLError, HTTPError, a timeout: said in __exit__, not as a thread's traceback
+            self.refused = e
+            return
         self.started.set()
 
     def __enter__(self) -> "LevelProfile":
@@ -466,9 +471,12 @@ class LevelProfile:
     def __exit__(self, *exc) -> None:
         self.timer.cancel()
         self.timer.join()  # a start already under way finishes
+        if self.refused is not None:
+            self.run.fail(f"{self.config.name} level profile: /start_profile failed: {self.refused}")
+            return
         if not self.started.is_set():
             self.run.fail(f"{self.config.name} level profile: the level ended within "
-                          f"{LEVEL_PROFILE_DELAY_S:g} s, or the profiler did not start")
+                          f"{LEVEL_PROFILE_DELAY_S:g} s")
             return
         if not wait_for(lambda: any(self.trace_dir.glob("*.trace.json.gz")), timeout=10):
             # The level ended before --profile-steps steps: the profiler writes what it has on stop.

@@ -15,6 +15,7 @@ import re
 import shutil
 import statistics
 import sys
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -760,8 +761,21 @@ def test_a_level_shorter_than_the_profile_delay_fails_the_sweep(tmp_path: Path, 
     monkeypatch.setattr(sweep, "LEVEL_PROFILE_DELAY_S", 60.0)
     with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
         pass
-    assert run.requests == [] and run.failures == [
-        "plain level profile: the level ended within 60 s, or the profiler did not start"]
+    assert run.requests == [] and run.failures == ["plain level profile: the level ended within 60 s"]
+
+
+def test_a_server_that_refuses_to_profile_fails_the_sweep_with_its_answer(tmp_path: Path, monkeypatch) -> None:
+    run = level_profile_run(tmp_path, monkeypatch, profiler_writes=True)
+
+    def refuse(url, trace_dir, num_steps=None):
+        run.requests.append("start")
+        raise urllib.error.HTTPError(url, 400, "Bad Request", None, None)
+
+    monkeypatch.setattr(sweep, "start_profile", refuse)
+    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+        while not run.requests:
+            pass
+    assert run.failures == ["plain level profile: /start_profile failed: HTTP Error 400: Bad Request"]
 
 
 def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
