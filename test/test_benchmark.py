@@ -198,28 +198,22 @@ def test_bench_command(tmp_path: Path) -> None:
     assert "--sharegpt-output-len" not in mixed  # the loader takes each answer's length
 
 
-@pytest.mark.parametrize("value", ["2", "-8", "many"])
-def test_an_output_length_sglangs_loader_refuses_stops_the_sweep(tmp_path: Path, capsys, value: str) -> None:
+LOADER_FLOOR = "give 0 (each prompt's answer length) or at least 4 tokens"
+SPREAD_RANGE = "give a fraction of --output-len from 0"
+
+
+@pytest.mark.parametrize("argv, advice", [
+    *((["--output-len", value], LOADER_FLOOR) for value in ("2", "-8", "many")),
+    *((["--output-len-spread", value], SPREAD_RANGE) for value in ("1", "1.5", "-0.1", "wide")),
+    (["--output-len", "0", "--output-len-spread", "0.5"],
+     "--output-len-spread spreads lengths around --output-len"),  # nothing to spread
+])
+def test_a_bad_output_length_stops_the_sweep_naming_its_flag(tmp_path: Path, capsys, argv, advice) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        sweep.parse_args(sweep_args(tmp_path, "--output-len", value))
+        sweep.parse_args(sweep_args(tmp_path, *argv))
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
-    assert "--output-len" in error and "give 0 (each prompt's answer length) or at least 4 tokens" in error
-
-
-@pytest.mark.parametrize("value", ["1", "1.5", "-0.1", "wide"])
-def test_a_spread_outside_0_to_1_stops_the_sweep(tmp_path: Path, capsys, value: str) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        sweep.parse_args(sweep_args(tmp_path, "--output-len-spread", value))
-    assert exit_info.value.code == 2
-    error = capsys.readouterr().err
-    assert "--output-len-spread" in error and "give a fraction of --output-len from 0" in error
-
-
-def test_a_spread_needs_a_length_to_spread(tmp_path: Path, capsys) -> None:
-    with pytest.raises(SystemExit):
-        sweep.parse_args(sweep_args(tmp_path, "--output-len", "0", "--output-len-spread", "0.5"))
-    assert "--output-len-spread spreads lengths around --output-len" in capsys.readouterr().err
+    assert argv[-2] in error and advice in error
 
 
 def test_spread_lengths_are_uniform_around_the_mean() -> None:
