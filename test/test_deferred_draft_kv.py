@@ -134,10 +134,11 @@ def test_rows_of_several_plain_steps_are_written_in_one_replay_in_order():
 
 @pytest.mark.parametrize("next_reqs, writes", [
     ("abc", False), ("abcd", False),  # the same requests, or more joined at the end
+    ("cdab", False),  # in any order: each row carries its own slot and request
     ("ac", True),  # b left (finished or retracted): its slots may be reused from now on
-    ("bac", True),
+    ("bcd", True),
 ])
-def test_a_plain_step_writes_first_unless_it_keeps_the_buffered_requests_in_order(next_reqs, writes):
+def test_a_plain_step_writes_first_unless_it_keeps_every_buffered_request(next_reqs, writes):
     runner = one_token_runner()
     deferred = DeferredDraftKV(runner)
     by_name = dict(zip("abcd", requests(1, 2, 3, 4)))
@@ -147,6 +148,71 @@ def test_a_plain_step_writes_first_unless_it_keeps_the_buffered_requests_in_orde
     if writes:  # the old rows alone, then the new step's rows wait
         assert runner.replays[0]["out_cache_loc"][:3].tolist() == [50, 51, 52]
     assert deferred.rows == (len(next_reqs) if writes else 3 + len(next_reqs))
+
+
+class Prefill:
+    """A prefill batch and its target forward's outputs, as the draft's prefill receives them:
+    requests of ``extend_lens`` new tokens after ``prefix_lens`` cached ones."""
+
+    def __init__(self, reqs, prefix_lens, extend_lens, first_loc, chunked=None, next_prompt_token=None):
+        n = sum(extend_lens)
+        self.batch = SimpleNamespace(
+            reqs=list(reqs), prefix_lens=list(prefix_lens), extend_lens=list(extend_lens),
+            input_ids=torch.arange(100, 100 + n, dtype=torch.int64),
+            out_cache_loc=torch.arange(first_loc, first_loc + n, dtype=torch.int64),
+            req_pool_indices=torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64),
+            seq_lens=torch.tensor([p + e for p, e in zip(prefix_lens, extend_lens)], dtype=torch.int64),
+            chunked_req=chunked, chunked_req_next_prompt_token=next_prompt_token,
+            forward_mode=ForwardMode.EXTEND,
+        )
+        self.hidden = torch.randn(n, HIDDEN, generator=torch.Generator().manual_seed(0)).bfloat16()
+        self.next_token_ids = torch.tensor([900 + i for i in range(len(reqs))], dtype=torch.int32)
+        self.args = (self.batch, self.hidden, self.next_token_ids)
+
+
+def test_a_prefill_buffers_one_row_per_prompt_token_as_the_draft_prefill_reads_them():
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    # Request 7: 3 new tokens after 5 cached; request 8: 2 tokens, its prompt going on in the
+    # next chunk with token 555. Tokens 100-104, slots 40-44.
+    a, b = requests(7, 8)
+    prefill = Prefill([a, b], prefix_lens=[5, 0], extend_lens=[3, 2], first_loc=40, chunked=b,
+                      next_prompt_token=555)
+    assert deferred.defer_prefill(*prefill.args)
+    assert deferred.rows == 5 and runner.replays == []
+    deferred.write()
+    replay = runner.replays[0]
+    # Each token's row reads the next token; a request's last row its tail token: the target's
+    # sampled one, or for the chunked request the next prompt token (upstream's shift).
+    assert replay["input_ids"][:5].tolist() == [101, 102, 900, 104, 555]
+    assert replay["positions"][:5].tolist() == [5, 6, 7, 0, 1]
+    assert replay["seq_lens"][:5].tolist() == [6, 7, 8, 1, 2]  # as one-token pseudo-requests
+    assert replay["out_cache_loc"][:5].tolist() == [40, 41, 42, 43, 44]
+    assert replay["req_pool_indices"][:5].tolist() == [7, 7, 7, 8, 8]
+    assert torch.equal(replay["hidden_states"][:5], prefill.hidden)
+
+
+def test_a_prompt_longer_than_the_buffer_is_written_as_it_fills():
+    runner = one_token_runner()  # 8 rows
+    deferred = DeferredDraftKV(runner)
+    (a,) = requests(3)
+    assert deferred.defer(*Step([a], 10, 10, 0).args)
+    assert deferred.defer_prefill(*Prefill(requests(4, 5), prefix_lens=[0, 0], extend_lens=[12, 7],
+                                           first_loc=60).args)
+    assert [r["out_cache_loc"][:8].tolist() for r in runner.replays] == [
+        [10, 60, 61, 62, 63, 64, 65, 66], list(range(67, 75))]
+    assert deferred.rows == 4  # 79, the last slot, among them
+    assert {r.req_pool_idx for r in deferred.reqs} == {4, 5}
+    # The prefilled requests now decode with the others: none left, nothing to write yet.
+    assert deferred.defer(*Step([a, *deferred.reqs], 20, 80, 1).args)
+    assert len(runner.replays) == 2 and deferred.rows == 7
+
+
+def test_a_prefill_without_a_hidden_state_per_token_is_not_buffered():
+    deferred = DeferredDraftKV(one_token_runner())
+    batch, hidden, next_token_ids = Prefill(requests(1), [0], [4], 0).args
+    assert not deferred.defer_prefill(batch, hidden[-1:], next_token_ids)  # LAST, not FULL
+    assert deferred.rows == 0
 
 
 def test_a_full_buffer_is_written_before_it_overflows():
@@ -313,10 +379,34 @@ def test_a_prefill_writes_buffered_rows_before_its_forward(monkeypatch):
     assert forwards == [2, 0] and len(runner.replays) == 1
 
 
+@pytest.mark.parametrize("steps, buffered", [(PLAIN_STEPS, True), (3, False)])
+def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(steps, buffered, monkeypatch):
+    import sglang.srt.speculative.eagle_worker_v2 as upstream
+
+    deferred = DeferredDraftKV(one_token_runner())
+    stand_in = StandInGatedWorker(steps, deferred)
+    worker = stand_in.worker
+    worker._draft_extend_whole_prompt = lambda *args: stand_in.calls.append("draft prefill")
+    del worker._stub_skipped_draft_extend  # upstream's own stubs, on the CPU
+    worker.topk, worker.device = 1, "cpu"
+    # they size the draft's hidden state from its runner, a model on a GPU
+    monkeypatch.setattr(upstream, "get_draft_recurrent_hidden_state_spec", lambda runner: (HIDDEN, torch.bfloat16))
+    prefill = Prefill(requests(1, 2), [0, 0], [3, 2], 0)
+    draft_input = worker._draft_extend_for_prefill(*prefill.args)
+    if not buffered:
+        assert stand_in.calls == ["draft prefill"] and deferred.rows == 0
+        return
+    assert stand_in.calls == [] and deferred.rows == 5
+    assert draft_input.bonus_tokens is prefill.next_token_ids
+    assert draft_input.topk_index.shape == (2, 1) and not draft_input.topk_p.any()
+    assert draft_input.hidden_states.shape == (2, HIDDEN)
+
+
 def test_the_upstream_methods_the_routing_relies_on_exist():
-    # GatedEAGLEWorkerV2 shadows the first on the draft worker and calls the second; both are
+    # GatedEAGLEWorkerV2 shadows the first two on the draft worker and calls the third; all are
     # private to SGLang 0.5.17 (hooks.py lists them), so a rename must fail here, not mid-serve.
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
 
     assert callable(EagleDraftWorker._draft_extend_for_decode)
+    assert callable(EagleDraftWorker._draft_extend_for_prefill)
     assert callable(EAGLEWorkerV2._stub_skipped_draft_extend)

@@ -12,15 +12,21 @@ rows' inputs into a buffer, and buffered rows are written together, each row a o
 pseudo-request, in one replay of the same graph. That graph is captured up to several full
 decode batches (capture_write_sizes), so even a full batch writes once every few steps.
 
+A prefill while off buffers its prompt's rows the same way (defer_prefill), one per token,
+instead of running the draft over the prompt as a forward of its own: the rows need only the
+target's hidden states, the tokens shifted one place, positions and slots. That draft prefill
+was about a fifth of an eager prefill's Python and 5.6 % of its GPU time at 8B
+(benchmark/results/2026-12-01-offcost-8b-2.2-spread, 2026-11-30-offcost-8b-2.2).
+
 Buffered rows are written, in stream order, before anything reads or rewrites their draft KV:
 - before a speculative step's draft, which reads the cache;
-- at the start of any forward that is not a decode step (a prefill's draft reads and writes
-  the cache, and may reuse the slots of requests that have finished);
-- in a plain step whose batch no longer holds the buffered requests in order (requests may
-  join at its end), before that step's own rows are buffered. A slot leaves its request only
-  when the scheduler frees it (finished, retracted), after which the request leaves the decode
-  batch; a plain step reusing it writes only the target's KV there before the draft's, which
-  comes from its own row, buffered after the old one;
+- at the start of any forward that is not a decode step (a prefill may reuse the slots of
+  requests that have finished, and, speculating, its draft reads the cache);
+- in a plain step whose batch no longer holds every buffered request, before that step's own
+  rows are buffered. A slot leaves its request only when the scheduler frees it (finished,
+  retracted), after which the request leaves the decode batch; a plain step reusing it writes
+  only the target's KV there before the draft's, which comes from its own row, buffered after
+  the old one;
 - when the buffer is full.
 So finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
 reuse is complete.
@@ -30,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import operator
 
 import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
@@ -38,6 +43,7 @@ from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft
 from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
 from sglang.srt.utils import require_mlp_sync
 
+from sglang_specgate.chunked_prefill_tail import tail_tokens
 from sglang_specgate.one_token_decode import take_rows
 
 logger = logging.getLogger(__name__)
@@ -123,7 +129,7 @@ class DeferredDraftKV:
         self.one_accepted_token = torch.ones((self.capacity,), dtype=torch.int32, device=device)
         self.device_module = torch.get_device_module(device)
         self.rows = 0
-        self.reqs: tuple = ()  # the last buffered step's requests, in batch order
+        self.reqs: tuple = ()  # the requests with buffered rows
         self.rows_written = 0
         self.writes = 0
 
@@ -136,9 +142,8 @@ class DeferredDraftKV:
         }
 
     def holds_rows_of(self, reqs) -> bool:
-        """Whether a decode batch of ``reqs`` keeps every buffered request, in order."""
-        held = self.reqs
-        return len(reqs) >= len(held) and all(map(operator.is_, held, reqs))
+        """Whether a decode batch of ``reqs`` keeps every request with buffered rows."""
+        return set(map(id, self.reqs)) <= set(map(id, reqs))
 
     def defer(self, batch, result) -> bool:
         """Buffer a plain step's draft-extend rows; False, buffering nothing, if they do not fit
@@ -155,17 +160,51 @@ class DeferredDraftKV:
             return False
         if self.rows + bs > self.capacity or not self.holds_rows_of(batch.reqs):
             self.write()
-        rows = slice(self.rows, self.rows + bs)
-        self.input_ids[rows].copy_(result.next_token_ids)
-        # Spec-v2 decode batches hold the length before this step's token: its position.
-        self.positions[rows].copy_(batch.seq_lens)
-        self.out_cache_loc[rows].copy_(batch.out_cache_loc)
-        self.req_pool_indices[rows].copy_(batch.req_pool_indices)
-        self.hidden_states[rows].copy_(hidden)
-        self.rows += bs
+        self._append(bs, input_ids=result.next_token_ids,
+                     # Spec-v2 decode batches hold the length before this step's token: its position.
+                     positions=batch.seq_lens, out_cache_loc=batch.out_cache_loc,
+                     req_pool_indices=batch.req_pool_indices, hidden_states=hidden)
         self.reqs = tuple(batch.reqs)
         self._publish_read_done()
         return True
+
+    def defer_prefill(self, batch, hidden, next_token_ids) -> bool:
+        """Buffer a prefill's draft rows, one per prompt token, as the draft's prefill would
+        have written them (eagle_worker_v2.py _draft_extend_for_prefill): at each token's
+        position and slot, the next token in, the request's tail token after its last one.
+        False, buffering nothing, if the target's hidden states are not one row per token."""
+        n = batch.input_ids.numel()
+        if hidden is None or tuple(hidden.shape) != (n, self.hidden_states.shape[1]):
+            return False
+        device = batch.input_ids.device
+        # Host lists to the device as upstream's ForwardBatch takes them; nothing below syncs.
+        lens = torch.tensor(batch.extend_lens, dtype=torch.int64).to(device, non_blocking=True)
+        prefix = torch.tensor(batch.prefix_lens, dtype=torch.int64).to(device, non_blocking=True)
+        starts = torch.cumsum(lens, 0) - lens
+        shifted = torch.empty_like(batch.input_ids)
+        shifted[:-1] = batch.input_ids[1:]
+        shifted[starts + lens - 1] = tail_tokens(batch, next_token_ids)
+        offsets = torch.repeat_interleave(starts - prefix, lens, output_size=n)
+        self._append(n, input_ids=shifted,
+                     positions=torch.arange(n, dtype=torch.int64, device=device) - offsets,
+                     out_cache_loc=batch.out_cache_loc,
+                     req_pool_indices=torch.repeat_interleave(batch.req_pool_indices, lens, output_size=n),
+                     hidden_states=hidden)
+        # A prefill publishes no read-done event: the scheduler waits for its whole forward.
+        self.reqs = (*self.reqs, *batch.reqs)
+        return True
+
+    def _append(self, n: int, **columns: torch.Tensor) -> None:
+        """Copy ``n`` rows into the buffer, writing it whenever it fills."""
+        done = 0
+        while done < n:
+            if self.rows == self.capacity:
+                self.write()
+            take = min(n - done, self.capacity - self.rows)
+            for name, values in columns.items():
+                getattr(self, name)[self.rows : self.rows + take].copy_(values[done : done + take])
+            self.rows += take
+            done += take
 
     def write(self) -> None:
         """Write every buffered row's draft KV in one replay of the one-token graph."""

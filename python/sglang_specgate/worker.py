@@ -9,8 +9,9 @@ its attention backends answer those one-token forwards with their decode kernels
 cost), and its draft extend is captured as a CUDA graph one token wide, the width it runs at,
 that only writes the draft's KV cache (kv_only_draft.py) and reads one entry (one KV split).
 Plain steps then hand their draft-extend rows to a buffer written in one replay every few
-steps (deferred_draft_kv.py) instead of replaying that graph each step; for that the graph is
-also captured at batch sizes above the decode batch's largest. Switching is upstream's
+steps (deferred_draft_kv.py) instead of replaying that graph each step, and so do prefills while
+off, one row per prompt token, instead of running the draft over the prompt; for that the graph
+is also captured at batch sizes above the decode batch's largest. Switching is upstream's
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
 acceptance EMA. What the off state still costs against a plain server:
 benchmark/results/2026-12-01-offcost-8b-2.2-write-graph.
@@ -21,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
+from types import SimpleNamespace
 
 from sglang.srt.environ import envs
 from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
+from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
@@ -131,6 +134,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         # Instance attribute: upstream's decode path calls the draft worker's method by name.
         self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
         self._draft_worker._draft_extend_for_decode = self._draft_extend_for_decode
+        self._draft_extend_whole_prompt = self._draft_worker._draft_extend_for_prefill
+        self._draft_worker._draft_extend_for_prefill = self._draft_extend_for_prefill
         logger.info(
             "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
             "after %d steps <= %d",
@@ -191,6 +196,27 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 return
             deferred.write()  # rows this step cannot join go first
         self._draft_extend_every_step(batch, batch_result)
+
+    def _draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids, mm_input_embeds=None):
+        """The draft worker's prefill extend; while off, the prompt's rows join the buffer
+        (deferred_draft_kv.defer_prefill). Its other outputs seed the first draft step after the
+        prefill: while off that step is a plain one, which replaces them with upstream's stubs,
+        so the stubs stand in here too; if the gate turns on first, those requests' first
+        speculative step drafts from them, as after any off step."""
+        deferred = self.deferred_draft_kv
+        if (
+            deferred is not None
+            and self.speculative_num_steps == PLAIN_STEPS
+            and mm_input_embeds is None
+            and not batch.forward_mode.is_idle()
+            and deferred.defer_prefill(batch, target_hidden_states, next_token_ids)
+        ):
+            draft_input = EagleDraftInput(
+                bonus_tokens=next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1
+            )
+            self._stub_skipped_draft_extend(batch, SimpleNamespace(next_draft_input=draft_input))
+            return draft_input
+        return self._draft_extend_whole_prompt(batch, target_hidden_states, next_token_ids, mm_input_embeds)
 
     def _write_deferred_draft_kv(self) -> None:
         """Write the buffered rows in the contexts upstream runs every draft forward in
