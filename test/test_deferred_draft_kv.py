@@ -129,7 +129,7 @@ def test_rows_of_several_plain_steps_are_written_in_one_replay_in_order():
     assert replay["out_cache_loc"][n:].tolist() == [0] and replay["req_pool_indices"][n:].tolist() == [0]
     assert replay["metadata"].forward_mode.is_draft_extend_v2() and replay["metadata"].batch_size == 8
     assert deferred.rows == 0 and deferred.snapshot() == {
-        "rows_written": 7, "writes": 1, "rows_per_write": 7.0, "capacity": 8}
+        "rows_written": 7, "writes": 1, "rows_per_write": 7.0, "capacity": 8, "prompt_rows": 0}
 
 
 @pytest.mark.parametrize("next_reqs, writes", [
@@ -190,6 +190,7 @@ def test_a_prefill_buffers_one_row_per_prompt_token_as_the_draft_prefill_reads_t
     assert replay["out_cache_loc"][:5].tolist() == [40, 41, 42, 43, 44]
     assert replay["req_pool_indices"][:5].tolist() == [7, 7, 7, 8, 8]
     assert torch.equal(replay["hidden_states"][:5], prefill.hidden)
+    assert deferred.snapshot()["prompt_rows"] == 5
 
 
 def test_a_prompt_longer_than_the_buffer_is_written_as_it_fills():

@@ -132,6 +132,7 @@ class DeferredDraftKV:
         self.reqs: tuple = ()  # the requests with buffered rows
         self.rows_written = 0
         self.writes = 0
+        self.prompt_rows = 0  # of those buffered, the rows of prefills while off
 
     def snapshot(self) -> dict:
         return {
@@ -139,6 +140,7 @@ class DeferredDraftKV:
             "writes": self.writes,
             "rows_per_write": round(self.rows_written / self.writes, 2) if self.writes else None,
             "capacity": self.capacity,
+            "prompt_rows": self.prompt_rows,
         }
 
     def holds_rows_of(self, reqs) -> bool:
@@ -192,6 +194,7 @@ class DeferredDraftKV:
                      hidden_states=hidden)
         # A prefill publishes no read-done event: the scheduler waits for its whole forward.
         self.reqs = (*self.reqs, *batch.reqs)
+        self.prompt_rows += n
         return True
 
     def _append(self, n: int, **columns: torch.Tensor) -> None:
