@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -149,6 +151,54 @@ def test_kv_probe_sees_a_stale_draft_kv_cache(start_server, probe_pair, probe_de
     episodes = probe_reenables(start_server, probe_pair, probe_design, "probe-gated-cold",
                                env={"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"})
     assert any(e["steps_to_recover"] is None for e in episodes), episodes
+
+
+# Long enough to hold the gate off while the probe prompts are prefilled one by one.
+HOLD_TOKENS = 400
+# Reads KV_PROBE_OFFSET back stay inside such a prompt for its first speculative steps.
+MIN_CACHED_PROMPT = 40
+CACHED_PROMPT_TOKENS = 24
+
+
+def wait_until(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the server never got there")
+        time.sleep(0.01)
+
+
+def test_prompts_prefilled_while_off_leave_a_warm_draft_kv_cache(start_server, probe_pair, probe_design):
+    # Prompts prefilled while off hand their draft KV rows to the deferred buffer instead of
+    # running the draft over them. Their cached prefixes must then serve the same prompts sent
+    # again with speculation on: the probe draft reads entries KV_PROBE_OFFSET back, inside the
+    # cached prompt for its first speculative steps, and accepts only if they are right.
+    server = start_server("probe-prompts-off", spec=True, pair=probe_pair, extra=(
+        "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
+    probes = [p for p in walk_prompts(probe_design) if len(p) >= MIN_CACHED_PROMPT][:4]
+    holders = walk_prompts(probe_design, seed=3)[: 2 * THRESHOLD]
+    greedy = {"temperature": 0.0, "ignore_eos": True}
+    try:
+        with ThreadPoolExecutor(max_workers=len(holders)) as pool:
+            held = [pool.submit(server.generate, p, max_new_tokens=HOLD_TOKENS, **greedy) for p in holders]
+            wait_until(lambda: not server.gate_state()["active"])
+            before = server.gate_state()["deferred_draft_kv"]["prompt_rows"]
+            for p in probes:
+                server.generate(p, max_new_tokens=1, **greedy)
+            prompt_rows = server.gate_state()["deferred_draft_kv"]["prompt_rows"] - before
+            assert not any(f.done() for f in held), "the gate may have been on during the prefills"
+            [f.result() for f in held]
+        again = [server.generate(p, max_new_tokens=CACHED_PROMPT_TOKENS, **greedy) for p in probes]
+    finally:
+        server.stop()
+    accept = [r["meta_info"].get("spec_accept_length") for r in again]
+    print("prompt rows buffered while off:", prompt_rows, "accept length on the cached prompts:", accept)
+    assert prompt_rows >= sum(len(p) for p in probes) // 2  # most of the prompts, not cached before
+    assert [r["output_ids"] for r in again] == [
+        probe_design.continuation(p[-1], CACHED_PROMPT_TOKENS) for p in probes]
+    # Four plain steps (the dwell), then about 2.2 tokens a step if the cached draft KV is right;
+    # about 1.2 over the request if the prompt's entries were wrong.
+    assert all(a is not None and a >= 1.5 for a in accept), accept
 
 
 @pytest.fixture(scope="module")
