@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -392,10 +392,13 @@ def run_bench(run: Run, cmd: list[str], log_name: str) -> subprocess.Popen:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=client_env())
 
 
-def level_command(run: Run, config: ServerConfig, c: int, dataset: Path) -> list[str]:
+def level_command(run: Run, config: ServerConfig, c: int, dataset: Path,
+                  profiled: bool = False) -> list[str]:
+    """A closed level's client; a profiled one's figures go to the work folder, not raw.jsonl."""
     args = run.args
     return bench_command(
-        args, tag=level_tag(config, c), dataset=dataset, output_file=run.dir / "raw.jsonl",
+        args, tag=level_tag(config, c) + (",profiled" if profiled else ""), dataset=dataset,
+        output_file=run.work / "profiled-levels.jsonl" if profiled else run.dir / "raw.jsonl",
         num_prompts=level_prompts(c, args.prompts_per_concurrency, args.min_prompts),
         concurrency=c, warmup=c, seed=args.seed, flush_cache=True,
     )
@@ -406,9 +409,12 @@ def level_tag(config: ServerConfig, c: int) -> str:
 
 
 def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
+    profiled = run.args.profile_level
     if run.args.dry_run:
         for c in run.args.concurrency:
             run.record(level_command(run, config, c, dataset))
+        if profiled is not None:
+            run.record(level_command(run, config, profiled, dataset, profiled=True))
         return
     run.note("# the levels below run one after another in one client process "
              "(serving_session.py: the same entry point, imported once)")
@@ -416,6 +422,8 @@ def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
                                  env=client_env()) as client:
         for c in run.args.concurrency:
             closed_level(run, config, client, c, dataset)
+        if profiled is not None:
+            profiled_level(run, config, client, profiled, dataset)
 
 
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
@@ -427,9 +435,7 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     stages_before = stage_totals(run)
     server_log = run.logs / f"server-{config.name}.log"
     log_offset = server_log.stat().st_size
-    with LevelProfile(run, config, c) if c == run.args.profile_level else nullcontext():
-        exit_code = client.run(serving_session.arguments_of(cmd),
-                               run.logs / f"bench-{config.name}-c{c}.log")
+    exit_code = client.run(serving_session.arguments_of(cmd), run.logs / f"bench-{config.name}-c{c}.log")
     if exit_code != 0:
         run.fail(f"{tag} (see logs/bench-{config.name}-c{c}.log)")
         return
@@ -443,8 +449,23 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 
+def profiled_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
+                   dataset: Path) -> None:
+    """``--profile-level C``: after the measured levels, the level at C once more, traced. The
+    profiler slows a server, a gated one more (at C = 64, 8B: plain by 9 %, the gate by 15 %;
+    benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows), so no measured level is traced
+    and this one's figures are not reported."""
+    cmd = level_command(run, config, c, dataset, profiled=True)
+    run.record(cmd)
+    log = f"bench-{config.name}-c{c}-profiled.log"
+    with LevelProfile(run, config, c):
+        exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
+    if exit_code != 0:
+        run.fail(f"{level_tag(config, c)},profiled (see logs/{log})")
+
+
 class LevelProfile:
-    """``--profile-level C``: around the closed level at C, a trace of --profile-steps forward
+    """``--profile-level C``: around a closed level at C, a trace of --profile-steps forward
     steps started LEVEL_PROFILE_DELAY_S into it, prefills and decode steps as the load mixes them;
     written with what each prefill cost the decoding requests (kernel_profile.prefill_intervals)
     to profile-level-<config>.json."""
@@ -799,10 +820,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile-output-len", type=int, default=2048,
                    help="output tokens of the profiled requests: decode must outlast the profile")
     p.add_argument("--profile-level", type=int, metavar="C",
-                   help=f"profile --profile-steps forward steps of each server's closed level at "
-                        f"concurrency C, {LEVEL_PROFILE_DELAY_S:g} s into it: prefills and decode "
-                        f"steps as the load mixes them (profile-level-*.json, with what each "
-                        f"prefill cost the decoding requests)")
+                   help=f"after each server's measured levels, run its closed level at concurrency "
+                        f"C once more and profile --profile-steps forward steps "
+                        f"{LEVEL_PROFILE_DELAY_S:g} s into it: prefills and decode steps as the "
+                        f"load mixes them (profile-level-*.json, with what each prefill cost the "
+                        f"decoding requests); the profiled level's own figures are not reported")
     p.add_argument("--ttft-stages", action="store_true",
                    help="serve with --enable-metrics and record each closed level's mean queue, "
                         "prefill and TTFT per request from SGLang's histograms (ttft_stages.py)")

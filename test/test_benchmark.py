@@ -701,6 +701,18 @@ def test_a_level_profile_needs_a_closed_level_to_profile(tmp_path: Path, capsys,
     assert "profiles a closed-loop level: give one of --concurrency 16,32" in capsys.readouterr().err
 
 
+def test_the_profiled_level_runs_after_the_measured_ones_outside_their_figures(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep.main(sweep_args(tmp_path, "--configs", "plain", "--concurrency", "16,32",
+                          "--scenarios", "closed", "--profile-level", "16", "--dry-run"))
+    bench = [line for line in capsys.readouterr().out.splitlines() if "sglang.benchmark.serving" in line]
+    assert [line.split("--tag ")[1].split()[0] for line in bench] == [
+        "plain,c=16", "plain,c=32", "plain,c=16,profiled"]
+    assert "--max-concurrency 16" in bench[2] and "--num-prompts 128 " in bench[2]
+    output_files = [line.split("--output-file ")[1].split()[0] for line in bench]
+    assert output_files[0] == output_files[1] == str(tmp_path / "run" / "raw.jsonl") != output_files[2]
+
+
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool) -> "sweep.Run":
     """A sweep whose server is a stand-in: /start_profile writes a trace of mixed steps when
     ``profiler_writes``, else only once /stop_profile comes; the real LevelProfile around it."""
