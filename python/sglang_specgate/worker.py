@@ -14,7 +14,7 @@ off, one row per prompt token, instead of running the draft over the prompt; for
 is also captured at batch sizes above the decode batch's largest. Switching is upstream's
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
 acceptance EMA. What the off state still costs against a plain server:
-benchmark/results/2026-12-01-offcost-8b-2.2-write-graph.
+benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows.
 """
 
 from __future__ import annotations
