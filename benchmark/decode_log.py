@@ -72,15 +72,17 @@ def read_from(path: Path, offset: int) -> str:
         return f.read().decode(errors="replace")
 
 
-def main() -> None:
+def main(argv: Optional[list[str]] = None) -> None:
+    from sweep import int_list  # here: sweep imports this module
+
     p = argparse.ArgumentParser(description="Steady decode throughput of each concurrency level in "
                                 "a whole server log (a level's lines: 90 to 100 % of C running).")
     p.add_argument("server_log", type=Path)
-    p.add_argument("--concurrency", required=True, help="comma-separated levels, e.g. 16,32,64,128")
-    args = p.parse_args()
+    p.add_argument("--concurrency", required=True, type=int_list,
+                   help="comma-separated levels, e.g. 16,32,64,128")
+    args = p.parse_args(argv)
     text = args.server_log.read_text(errors="replace")
-    levels = [int(c) for c in args.concurrency.split(",")]
-    print(json.dumps({c: steady_throughput(text, c, at_most=c) for c in levels}, indent=1))
+    print(json.dumps({c: steady_throughput(text, c, at_most=c) for c in args.concurrency}, indent=1))
 
 
 if __name__ == "__main__":

@@ -157,7 +157,10 @@ def parse_phases(text: str) -> list[Phase]:
 
 
 def int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integers, e.g. 16,32,64") from None
 
 
 # SGLang's custom loader refuses a fixed output length under 4 (sglang/benchmark/datasets/custom.py).

@@ -628,6 +628,16 @@ def test_decode_only_throughput_leaves_out_intervals_a_prefill_interrupted() -> 
     assert steady["decode_only"] == {"lines": 2, "median_tok_s": 14100.0}
 
 
+def test_decode_log_cli_names_a_bad_concurrency_list(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    with pytest.raises(SystemExit) as exit:
+        decode_log.main([str(log), "--concurrency", "16,x"])
+    assert exit.value.code == 2 and "argument --concurrency: '16,x': give comma-separated integers" in capsys.readouterr().err
+    decode_log.main([str(log), "--concurrency", "16,32"])
+    assert json.loads(capsys.readouterr().out) == {"16": None, "32": None}
+
+
 def kernel(name: str, ts: float, dur: float) -> dict:
     return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur}
 
