@@ -338,7 +338,9 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
         parts += ["## Loaded level profile (`--profile-level`)",
                   profile_table(res.profiles["level"], "step", with_busy=True),
                   prefill_interval_table(res.profiles["level"]),
-                  "Forward steps of a closed level as its load mixed prefills and decode steps. "
+                  "Forward steps of a closed level as its load mixed prefills and decode steps, "
+                  "in an extra level at that C after the measured ones (the profiler slows a "
+                  "server; sweeps before `af04a09` traced the measured level itself). "
                   "A prefill's interval: from the decode step before it to the one after it, what "
                   "it cost the decoding requests; GPU busy: the kernel time in it, the rest the "
                   "GPU waited on the CPU (`kernel_profile.prefill_intervals`). Kernels in "
