@@ -95,3 +95,4 @@ def test_unverified_backend_is_left_alone(caplog):
     assert not use_decode_kernels(backend)
     assert type(backend) is SomeOtherBackend
     assert "not verified for the fast off path" in caplog.text
+    assert "--attention-backend triton" in caplog.text  # the fix, named

@@ -137,7 +137,8 @@ def use_decode_kernels(backend) -> bool:
     if cls.__name__ not in VERIFIED_BACKENDS:
         logger.warning(
             "spec gate: attention backend %s is not verified for the fast off path; "
-            "speculation-off steps use upstream's steps-0 kernels (slower).",
+            "speculation-off steps use upstream's steps-0 kernels (slower). For the fast path, "
+            "start with --attention-backend triton.",
             cls.__name__,
         )
         return False
