@@ -529,13 +529,14 @@ def last_gen_throughput(url: str) -> float:
 
 
 def wait_for(condition, load: Optional[subprocess.Popen] = None,
-             timeout: float = PROFILE_WAIT_S) -> bool:
-    """Poll ``condition`` (while ``load`` runs, if given); False on timeout or when it ended."""
+             timeout: float = PROFILE_WAIT_S, poll_s: float = 0.5) -> bool:
+    """Poll ``condition`` every ``poll_s`` (while ``load`` runs, if given); False on timeout or
+    when it ended."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline or (load is not None and load.poll() is not None):
             return False
-        time.sleep(0.5)
+        time.sleep(poll_s)
     return True
 
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
-from servers import KV_PROBE_OFFSET, THRESHOLD, ramping_load
+from servers import KV_PROBE_OFFSET, THRESHOLD, ramping_load  # first: it puts benchmark/ on sys.path
 from sglang_specgate.reenable import WINDOW_STEPS
+
+import sweep  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -160,14 +161,6 @@ MIN_CACHED_PROMPT = 40
 CACHED_PROMPT_TOKENS = 24
 
 
-def wait_until(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the server never got there")
-        time.sleep(0.01)
-
-
 def test_prompts_prefilled_while_off_leave_a_warm_draft_kv_cache(start_server, probe_pair, probe_design):
     # Prompts prefilled while off hand their draft KV rows to the deferred buffer instead of
     # running the draft over them. Their cached prefixes must then serve the same prompts sent
@@ -181,7 +174,9 @@ def test_prompts_prefilled_while_off_leave_a_warm_draft_kv_cache(start_server, p
     try:
         with ThreadPoolExecutor(max_workers=len(holders)) as pool:
             held = [pool.submit(server.generate, p, max_new_tokens=HOLD_TOKENS, **greedy) for p in holders]
-            wait_until(lambda: not server.gate_state()["active"])
+            # Polled often: the holders keep the gate off for only a few seconds.
+            assert sweep.wait_for(lambda: not server.gate_state()["active"], timeout=30, poll_s=0.01), \
+                "the gate never turned off"
             before = server.gate_state()["deferred_draft_kv"]["prompt_rows"]
             for p in probes:
                 server.generate(p, max_new_tokens=1, **greedy)
