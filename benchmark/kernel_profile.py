@@ -89,10 +89,6 @@ def summarize_trace(trace: dict, steps: int) -> dict:
     }
 
 
-def summarize_file(path: Path, steps: int) -> dict:
-    return summarize_trace(read_trace(path), steps)
-
-
 def read_trace(path: Path) -> dict:
     with gzip.open(path) as f:
         return json.load(f)

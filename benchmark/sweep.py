@@ -43,7 +43,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import decode_log
 import find_threshold
@@ -505,15 +505,16 @@ class LevelProfile:
         if not wait_for(lambda: any(self.trace_dir.glob("*.trace.json.gz")), timeout=10):
             # The level ended before --profile-steps steps: the profiler writes what it has on stop.
             http_request(base_url(self.run.args) + "/stop_profile", timeout=120)
-        trace = written_trace(self.trace_dir)
-        intervals = None
-        if trace is not None:
-            try:
-                intervals = kernel_profile.prefill_interval_summary(kernel_profile.read_trace(trace))
-            except ValueError:
-                pass  # no prefill between two decode steps: the summary has none then
-        write_profile(self.run, self.config, trace, self.run.args.profile_steps, "level",
-                      concurrency=self.c, prefill_intervals=intervals)
+        write_profile(self.run, self.config, written_trace(self.trace_dir),
+                      self.run.args.profile_steps, "level", concurrency=self.c,
+                      trace_fields=level_prefill_intervals)
+
+
+def level_prefill_intervals(trace: dict) -> dict:
+    try:
+        return {"prefill_intervals": kernel_profile.prefill_interval_summary(trace)}
+    except ValueError:  # no prefill between two decode steps
+        return {"prefill_intervals": None}
 
 
 def stage_totals(run: Run) -> Optional[ttft_stages.Totals]:
@@ -557,18 +558,22 @@ def written_trace(trace_dir: Path, load: Optional[subprocess.Popen] = None) -> O
 
 
 def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: int, phase: str,
-                  concurrency: Optional[int] = None, **fields) -> None:
-    """Summarize ``trace`` into profile-<config>.json (decode) or profile-<phase>-<config>.json."""
+                  concurrency: Optional[int] = None,
+                  trace_fields: Callable[[dict], dict] = lambda trace: {}, **fields) -> None:
+    """Summarize ``trace`` into profile-<config>.json (decode) or profile-<phase>-<config>.json,
+    with ``trace_fields`` of the same trace (read once: a loaded level's trace is large)."""
     if trace is None:
         run.fail(f"{config.name} {phase} profile: the profiler wrote no trace")
         return
+    events = kernel_profile.read_trace(trace)
     try:
-        summary = kernel_profile.summarize_file(trace, steps)
+        summary = kernel_profile.summarize_trace(events, steps)
     except ValueError as e:
         run.fail(f"{config.name} {phase} profile: {e}")
         return
     summary.update(config=config.name, phase=phase,
-                   concurrency=concurrency or run.args.profile_concurrency, **fields)
+                   concurrency=concurrency or run.args.profile_concurrency,
+                   **trace_fields(events), **fields)
     stem = "profile" if phase == "decode" else f"profile-{phase}"
     (run.dir / f"{stem}-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(kernel_profile.summary_line(summary), flush=True)

@@ -762,10 +762,14 @@ def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, 
                                                    requests) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes)
     monkeypatch.setattr(sweep, "wait_for", lambda condition, load=None, timeout=0: condition())
+    reads = []
+    monkeypatch.setattr(kernel_profile, "read_trace",
+                        lambda path, read=kernel_profile.read_trace: reads.append(path) or read(path))
     with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
         while not run.requests:
             pass  # the level: it lasts until the timer has started the profiler
     assert run.requests == requests and not run.failures
+    assert len(reads) == 1  # a loaded level's trace is large: unzipped once for both summaries
     summary = json.loads((run.dir / "profile-level-plain.json").read_text())
     assert (summary["phase"], summary["concurrency"], summary["steps"]) == ("level", 16, 20)
     assert summary["prefill_intervals"] == {"prefills": 1, "median_interval_ms": 2.0,
