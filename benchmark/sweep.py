@@ -502,12 +502,13 @@ class LevelProfile:
             self.run.fail(f"{self.config.name} level profile: the level ended within "
                           f"{LEVEL_PROFILE_DELAY_S:g} s")
             return
-        if not wait_for(lambda: any(self.trace_dir.glob("*.trace.json.gz")), timeout=10):
+        trace = written_trace(self.trace_dir, timeout=10)
+        if trace is None:
             # The level ended before --profile-steps steps: the profiler writes what it has on stop.
             http_request(base_url(self.run.args) + "/stop_profile", timeout=120)
-        write_profile(self.run, self.config, written_trace(self.trace_dir),
-                      self.run.args.profile_steps, "level", concurrency=self.c,
-                      trace_fields=level_prefill_intervals)
+            trace = written_trace(self.trace_dir)
+        write_profile(self.run, self.config, trace, self.run.args.profile_steps, "level",
+                      concurrency=self.c, trace_fields=level_prefill_intervals)
 
 
 def level_prefill_intervals(trace: dict) -> dict:
@@ -550,8 +551,9 @@ def start_profile(url: str, trace_dir: Path, num_steps: Optional[int] = None) ->
     http_request(url + "/start_profile", request, timeout=60)
 
 
-def written_trace(trace_dir: Path, load: Optional[subprocess.Popen] = None) -> Optional[Path]:
-    if not wait_for(lambda: any(trace_dir.glob("*.trace.json.gz")), load):
+def written_trace(trace_dir: Path, load: Optional[subprocess.Popen] = None,
+                  timeout: float = PROFILE_WAIT_S) -> Optional[Path]:
+    if not wait_for(lambda: any(trace_dir.glob("*.trace.json.gz")), load, timeout=timeout):
         return None
     time.sleep(2)  # the profiler may still be writing the file
     return sorted(trace_dir.glob("*.trace.json.gz"))[-1]
