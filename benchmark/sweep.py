@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -63,6 +63,13 @@ PREFILL_WAVE_OUTPUT_LEN = 4  # the fewest output tokens sglang.benchmark.serving
 # How far into a closed level --profile-level starts its trace: past the client's start, the
 # warm-up requests and the ramp to C running requests.
 LEVEL_PROFILE_DELAY_S = 8.0
+# Closed levels run but not reported. --warm-up-level: a server's first level ran slower than
+# the same level right after it, by a different amount per server (8B, C = 128: plain 8,134 ->
+# 8,338 tok/s, the gate 7,426 -> 7,500; benchmark/results/2026-12-01-offcost-8b-2.2-c128), so
+# an A/B whose first level is measured compares unequally warm servers. --profile-level: the
+# profiler slows a server, a gated one more (at C = 64, 8B: plain by 9 %, the gate by 15 %;
+# benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows), so no measured level is traced.
+WARM_UP, PROFILED = "warm-up", "profiled"
 
 
 @dataclass(frozen=True)
@@ -396,12 +403,13 @@ def run_bench(run: Run, cmd: list[str], log_name: str) -> subprocess.Popen:
 
 
 def level_command(run: Run, config: ServerConfig, c: int, dataset: Path,
-                  profiled: bool = False) -> list[str]:
-    """A closed level's client; a profiled one's figures go to the work folder, not raw.jsonl."""
+                  unreported: Optional[str] = None) -> list[str]:
+    """A closed level's client; an ``unreported`` one's (WARM_UP, PROFILED) figures go to the
+    work folder, not raw.jsonl."""
     args = run.args
     return bench_command(
-        args, tag=level_tag(config, c) + (",profiled" if profiled else ""), dataset=dataset,
-        output_file=run.work / "profiled-levels.jsonl" if profiled else run.dir / "raw.jsonl",
+        args, tag=level_tag(config, c) + (f",{unreported}" if unreported else ""), dataset=dataset,
+        output_file=run.work / f"{unreported}-levels.jsonl" if unreported else run.dir / "raw.jsonl",
         num_prompts=level_prompts(c, args.prompts_per_concurrency, args.min_prompts),
         concurrency=c, warmup=c, seed=args.seed, flush_cache=True,
     )
@@ -412,21 +420,26 @@ def level_tag(config: ServerConfig, c: int) -> str:
 
 
 def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
-    profiled = run.args.profile_level
+    warm_up, profiled = run.args.warm_up_level, run.args.profile_level
     if run.args.dry_run:
+        if warm_up is not None:
+            run.record(level_command(run, config, warm_up, dataset, unreported=WARM_UP))
         for c in run.args.concurrency:
             run.record(level_command(run, config, c, dataset))
         if profiled is not None:
-            run.record(level_command(run, config, profiled, dataset, profiled=True))
+            run.record(level_command(run, config, profiled, dataset, unreported=PROFILED))
         return
     run.note("# the levels below run one after another in one client process "
              "(serving_session.py: the same entry point, imported once)")
     with serving_session.Session(run.logs / f"bench-{config.name}-session.log",
                                  env=client_env()) as client:
+        if warm_up is not None:
+            unreported_level(run, config, client, warm_up, dataset, WARM_UP)
         for c in run.args.concurrency:
             closed_level(run, config, client, c, dataset)
         if profiled is not None:
-            profiled_level(run, config, client, profiled, dataset)
+            unreported_level(run, config, client, profiled, dataset, PROFILED,
+                             LevelProfile(run, config, profiled))
 
 
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
@@ -452,19 +465,18 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 
-def profiled_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
-                   dataset: Path) -> None:
-    """``--profile-level C``: after the measured levels, the level at C once more, traced. The
-    profiler slows a server, a gated one more (at C = 64, 8B: plain by 9 %, the gate by 15 %;
-    benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows), so no measured level is traced
-    and this one's figures are not reported."""
-    cmd = level_command(run, config, c, dataset, profiled=True)
+def unreported_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
+                     dataset: Path, purpose: str,
+                     around: Optional[AbstractContextManager] = None) -> None:
+    """The closed level at C once more, for a ``purpose`` its figures would spoil (WARM_UP,
+    PROFILED), inside ``around``."""
+    cmd = level_command(run, config, c, dataset, unreported=purpose)
     run.record(cmd)
-    log = f"bench-{config.name}-c{c}-profiled.log"
-    with LevelProfile(run, config, c):
+    log = f"bench-{config.name}-c{c}-{purpose}.log"
+    with around or nullcontext():
         exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:
-        run.fail(f"{level_tag(config, c)},profiled (see logs/{log})")
+        run.fail(f"{level_tag(config, c)},{purpose} (see logs/{log})")
 
 
 class LevelProfile:
@@ -836,6 +848,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         f"{LEVEL_PROFILE_DELAY_S:g} s into it: prefills and decode steps as the "
                         f"load mixes them (profile-level-*.json, with what each prefill cost the "
                         f"decoding requests); the profiled level's own figures are not reported")
+    p.add_argument("--warm-up-level", type=int, metavar="C",
+                   help="before each server's measured levels, run its closed level at "
+                        "concurrency C once, unreported: the kernels those shapes JIT-compile "
+                        "are then compiled for every server, not only for the first")
     p.add_argument("--ttft-stages", action="store_true",
                    help="serve with --enable-metrics and record each closed level's mean queue, "
                         "prefill and TTFT per request from SGLang's histograms (ttft_stages.py)")
@@ -860,10 +876,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--thresholds: N >= 1 (0 would mean a gate that never fires)")
     if args.output_len_spread and not args.output_len:
         p.error("--output-len-spread spreads lengths around --output-len: give it a length, not 0")
-    if args.profile_level is not None and (
-            "closed" not in args.scenarios or args.profile_level not in args.concurrency):
-        p.error(f"--profile-level {args.profile_level} profiles a closed-loop level: give one of "
-                f"--concurrency {','.join(map(str, args.concurrency))} with --scenarios closed")
+    for flag, level, what in (("--profile-level", args.profile_level, "profiles"),
+                              ("--warm-up-level", args.warm_up_level, "repeats")):
+        if level is not None and ("closed" not in args.scenarios or level not in args.concurrency):
+            p.error(f"{flag} {level} {what} a closed-loop level: give one of "
+                    f"--concurrency {','.join(map(str, args.concurrency))} with --scenarios closed")
     if args.profile_prefill and not args.profile_concurrency:
         p.error("--profile-prefill profiles a wave of --profile-concurrency requests: give both")
     if args.configs != ["plain"] and not args.draft_model_path:

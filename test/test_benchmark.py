@@ -703,12 +703,14 @@ def mixed_steps_trace() -> dict:
                             kernel(decode, 2100, 100)]}
 
 
-@pytest.mark.parametrize("extra", [["--profile-level", "8"],
-                                   ["--profile-level", "16", "--scenarios", "bursty"]])
-def test_a_level_profile_needs_a_closed_level_to_profile(tmp_path: Path, capsys, extra) -> None:
+@pytest.mark.parametrize("flag, what", [("--profile-level", "profiles"), ("--warm-up-level", "repeats")])
+@pytest.mark.parametrize("extra", [["8"], ["16", "--scenarios", "bursty"]])
+def test_an_unreported_level_needs_a_closed_level_to_repeat(tmp_path: Path, capsys, flag, what,
+                                                           extra) -> None:
     with pytest.raises(SystemExit):
-        sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16,32", *extra))
-    assert "profiles a closed-loop level: give one of --concurrency 16,32" in capsys.readouterr().err
+        sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16,32", flag, *extra))
+    assert (f"{flag} {extra[0]} {what} a closed-loop level: give one of --concurrency 16,32"
+            in capsys.readouterr().err)
 
 
 def test_the_profiled_level_runs_after_the_measured_ones_outside_their_figures(
@@ -721,6 +723,20 @@ def test_the_profiled_level_runs_after_the_measured_ones_outside_their_figures(
     assert "--max-concurrency 16" in bench[2] and "--num-prompts 128 " in bench[2]
     output_files = [line.split("--output-file ")[1].split()[0] for line in bench]
     assert output_files[0] == output_files[1] == str(tmp_path / "run" / "raw.jsonl") != output_files[2]
+
+
+def test_the_warm_up_level_runs_before_the_measured_ones_outside_their_figures(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep.main(sweep_args(tmp_path, "--configs", "plain", "--concurrency", "16,32",
+                          "--scenarios", "closed", "--warm-up-level", "32", "--profile-level", "16",
+                          "--dry-run"))
+    bench = [line for line in capsys.readouterr().out.splitlines() if "sglang.benchmark.serving" in line]
+    assert [line.split("--tag ")[1].split()[0] for line in bench] == [
+        "plain,c=32,warm-up", "plain,c=16", "plain,c=32", "plain,c=16,profiled"]
+    assert "--max-concurrency 32" in bench[0] and "--num-prompts 256 " in bench[0]
+    output_files = [line.split("--output-file ")[1].split()[0] for line in bench]
+    assert output_files[1] == output_files[2] == str(tmp_path / "run" / "raw.jsonl")
+    assert len({output_files[0], output_files[1], output_files[3]}) == 3
 
 
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool) -> "sweep.Run":
