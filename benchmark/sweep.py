@@ -850,8 +850,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         f"decoding requests); the profiled level's own figures are not reported")
     p.add_argument("--warm-up-level", type=int, metavar="C",
                    help="before each server's measured levels, run its closed level at "
-                        "concurrency C once, unreported: the kernels those shapes JIT-compile "
-                        "are then compiled for every server, not only for the first")
+                        "concurrency C once, unreported: a server's first level runs slower "
+                        "than the same level after it, by a different amount per server")
     p.add_argument("--ttft-stages", action="store_true",
                    help="serve with --enable-metrics and record each closed level's mean queue, "
                         "prefill and TTFT per request from SGLang's histograms (ttft_stages.py)")
