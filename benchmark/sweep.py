@@ -419,27 +419,30 @@ def level_tag(config: ServerConfig, c: int) -> str:
     return f"{config.name},c={c}"
 
 
+def level_plan(args: argparse.Namespace) -> list[tuple[int, Optional[str]]]:
+    """The closed levels each server runs, in order: (C, None) for a measured one, (C, WARM_UP)
+    before them and (C, PROFILED) after them for the unreported ones asked for."""
+    return [*([(args.warm_up_level, WARM_UP)] if args.warm_up_level is not None else []),
+            *((c, None) for c in args.concurrency),
+            *([(args.profile_level, PROFILED)] if args.profile_level is not None else [])]
+
+
 def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
-    warm_up, profiled = run.args.warm_up_level, run.args.profile_level
+    plan = level_plan(run.args)
     if run.args.dry_run:
-        if warm_up is not None:
-            run.record(level_command(run, config, warm_up, dataset, unreported=WARM_UP))
-        for c in run.args.concurrency:
-            run.record(level_command(run, config, c, dataset))
-        if profiled is not None:
-            run.record(level_command(run, config, profiled, dataset, unreported=PROFILED))
+        for c, purpose in plan:
+            run.record(level_command(run, config, c, dataset, unreported=purpose))
         return
     run.note("# the levels below run one after another in one client process "
              "(serving_session.py: the same entry point, imported once)")
     with serving_session.Session(run.logs / f"bench-{config.name}-session.log",
                                  env=client_env()) as client:
-        if warm_up is not None:
-            unreported_level(run, config, client, warm_up, dataset, WARM_UP)
-        for c in run.args.concurrency:
-            closed_level(run, config, client, c, dataset)
-        if profiled is not None:
-            unreported_level(run, config, client, profiled, dataset, PROFILED,
-                             LevelProfile(run, config, profiled))
+        for c, purpose in plan:
+            if purpose is None:
+                closed_level(run, config, client, c, dataset)
+            else:
+                unreported_level(run, config, client, c, dataset, purpose,
+                                 LevelProfile(run, config, c) if purpose == PROFILED else None)
 
 
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
