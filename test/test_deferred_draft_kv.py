@@ -26,6 +26,7 @@ from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
 HIDDEN = 6  # the target's aux hidden width the draft reads (3 layers x 2 here)
 CAPTURED = [1, 2, 4, 8]
 FILL = 1  # upstream's seq_len_fill_value for padded rows
+KV_SLOTS = 200  # the draft KV pool's slots, SGLang's padding slot 0 among them
 
 
 def one_token_runner(captured=CAPTURED) -> EAGLEDraftExtendCudaGraphRunner:
@@ -42,7 +43,8 @@ def one_token_runner(captured=CAPTURED) -> EAGLEDraftExtendCudaGraphRunner:
     runner.extend_seq_lens_cpu = [1] * max_bs
     runner.deepep_adapter = SimpleNamespace(replay=lambda: None)  # DeepEP is GPU-only
     runner.model_runner = SimpleNamespace(
-        spec_algorithm=SpeculativeAlgorithm.EAGLE3, device_timer=None, war_fastpath_read_done_event=None
+        spec_algorithm=SpeculativeAlgorithm.EAGLE3, device_timer=None, war_fastpath_read_done_event=None,
+        token_to_kv_pool=SimpleNamespace(size=KV_SLOTS - 1, page_size=1),
     )
     # Upstream's buffer dtypes (eagle_draft_extend_cuda_graph_runner.py:150-190), on the CPU.
     runner.buffers = SimpleNamespace(
@@ -132,22 +134,41 @@ def test_rows_of_several_plain_steps_are_written_in_one_replay_in_order():
         "rows_written": 7, "writes": 1, "rows_per_write": 7.0, "capacity": 8, "prompt_rows": 0}
 
 
-@pytest.mark.parametrize("next_reqs, writes", [
-    ("abc", False), ("abcd", False),  # the same requests, or more joined at the end
-    ("cdab", False),  # in any order: each row carries its own slot and request
-    ("ac", True),  # b left (finished or retracted): its slots may be reused from now on
-    ("bcd", True),
-])
-def test_a_plain_step_writes_first_unless_it_keeps_every_buffered_request(next_reqs, writes):
+def test_requests_leaving_the_batch_force_no_write():
     runner = one_token_runner()
     deferred = DeferredDraftKV(runner)
-    by_name = dict(zip("abcd", requests(1, 2, 3, 4)))
-    assert deferred.defer(*Step([by_name[x] for x in "abc"], 5, 50, 0).args)
-    assert deferred.defer(*Step([by_name[x] for x in next_reqs], 6, 60, 1).args)
-    assert len(runner.replays) == int(writes)
-    if writes:  # the old rows alone, then the new step's rows wait
-        assert runner.replays[0]["out_cache_loc"][:3].tolist() == [50, 51, 52]
-    assert deferred.rows == (len(next_reqs) if writes else 3 + len(next_reqs))
+    a, b, c, d = requests(1, 2, 3, 4)
+    assert deferred.defer(*Step([a, b, c], 5, 50, 0).args)
+    assert deferred.defer(*Step([c, d], 6, 60, 1).args)  # a and b finished, d joined
+    assert runner.replays == [] and deferred.rows == 5
+
+
+def test_a_slot_freed_and_handed_to_a_later_row_is_written_once_with_that_row():
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    a, b, c = requests(1, 2, 3)
+    assert deferred.defer(*Step([a, b], 5, 50, 0).args)  # slots 50, 51
+    # a finished and its slot 50 was freed; the scheduler handed it to c's next token
+    reuse = Step([b, c], 6, 60, 1)
+    reuse.batch.out_cache_loc = torch.tensor([61, 50])
+    assert deferred.defer(*reuse.args)
+    deferred.write()
+    [replay] = runner.replays
+    # a's row goes to the padding slot; c's, buffered later, writes slot 50
+    assert replay["out_cache_loc"][:4].tolist() == [0, 51, 61, 50]
+    assert replay["input_ids"][3] == reuse.result.next_token_ids[1]
+    assert deferred.snapshot()["rows_written"] == 4
+
+
+def test_a_slot_reused_across_writes_is_written_by_each():
+    # Rows are numbered across writes: what an earlier write recorded never hides a later row.
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    (a,) = requests(1)
+    for i in range(3):
+        assert deferred.defer(*Step([a], 5 + i, 50, i).args)
+        deferred.write()
+    assert [r["out_cache_loc"][0].item() for r in runner.replays] == [50, 50, 50]
 
 
 class Prefill:
@@ -203,10 +224,6 @@ def test_a_prompt_longer_than_the_buffer_is_written_as_it_fills():
     assert [r["out_cache_loc"][:8].tolist() for r in runner.replays] == [
         [10, 60, 61, 62, 63, 64, 65, 66], list(range(67, 75))]
     assert deferred.rows == 4  # 79, the last slot, among them
-    assert {r.req_pool_idx for r in deferred.reqs} == {4, 5}
-    # The prefilled requests now decode with the others: none left, nothing to write yet.
-    assert deferred.defer(*Step([a, *deferred.reqs], 20, 80, 1).args)
-    assert len(runner.replays) == 2 and deferred.rows == 7
 
 
 def test_a_prefill_without_a_hidden_state_per_token_is_not_buffered():
@@ -216,15 +233,15 @@ def test_a_prefill_without_a_hidden_state_per_token_is_not_buffered():
     assert deferred.rows == 0
 
 
-def test_a_full_buffer_is_written_before_it_overflows():
+def test_a_full_buffer_is_written_as_it_fills():
     runner = one_token_runner()
     deferred = DeferredDraftKV(runner)
     reqs = requests(*range(1, 4))
-    for i in range(3):  # 3 + 3 rows fit in 8; the third step's 3 do not
+    for i in range(3):  # 3 + 3 rows fit in 8, and 2 of the third step's 3
         assert deferred.defer(*Step(reqs, 20 + i, 30 + 3 * i, i).args)
     [replay] = runner.replays
-    assert replay["bucket"] == 8 and replay["out_cache_loc"][:6].tolist() == list(range(30, 36))
-    assert deferred.rows == 3
+    assert replay["bucket"] == 8 and replay["out_cache_loc"].tolist() == list(range(30, 38))
+    assert deferred.rows == 1
 
 
 def test_a_step_wider_than_the_graph_is_not_buffered():
@@ -364,22 +381,6 @@ def test_switching_to_speculation_writes_buffered_rows_before_the_draft_reads_th
     assert len(runner.replays) == 1 and stand_in.calls == ["draft contexts"]
 
 
-def test_a_prefill_writes_buffered_rows_before_its_forward(monkeypatch):
-    runner = one_token_runner()
-    deferred = DeferredDraftKV(runner)
-    stand_in = StandInGatedWorker(PLAIN_STEPS, deferred)
-    deferred.defer(*Step(requests(1, 2), 0, 10, 0).args)
-    forwards = []
-    # upstream's forward needs a GPU: record which buffered rows it would have found
-    monkeypatch.setattr(EAGLEWorkerV2, "forward_batch_generation",
-                        lambda worker, batch, *a, **k: forwards.append(deferred.rows))
-    decode = SimpleNamespace(forward_mode=ForwardMode.DECODE, is_extend_in_batch=False)
-    stand_in.worker.forward_batch_generation(decode)
-    prefill = SimpleNamespace(forward_mode=ForwardMode.EXTEND, is_extend_in_batch=False)
-    stand_in.worker.forward_batch_generation(prefill)
-    assert forwards == [2, 0] and len(runner.replays) == 1
-
-
 @pytest.mark.parametrize("steps, buffered", [(PLAIN_STEPS, True), (3, False)])
 def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(steps, buffered, monkeypatch):
     import sglang.srt.speculative.eagle_worker_v2 as upstream
@@ -401,6 +402,29 @@ def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(ste
     assert draft_input.bonus_tokens is prefill.next_token_ids
     assert draft_input.topk_index.shape == (2, 1) and not draft_input.topk_p.any()
     assert draft_input.hidden_states.shape == (2, HIDDEN)
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_prefill_writes_buffered_rows_first_only_if_its_draft_runs(buffered, monkeypatch):
+    """A prefill while off buffers after the rows whose slots it may reuse; a draft prefill
+    (here, a prompt without a hidden state per token) reads the cache and writes to it."""
+    import sglang.srt.speculative.eagle_worker_v2 as upstream
+
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    stand_in = StandInGatedWorker(PLAIN_STEPS, deferred)
+    worker = stand_in.worker
+    worker._draft_extend_whole_prompt = lambda *args: stand_in.calls.append(f"draft prefill after {len(runner.replays)} writes")
+    del worker._stub_skipped_draft_extend
+    worker.topk, worker.device = 1, "cpu"
+    monkeypatch.setattr(upstream, "get_draft_recurrent_hidden_state_spec", lambda runner: (HIDDEN, torch.bfloat16))
+    deferred.defer(*Step(requests(1, 2), 0, 10, 0).args)
+    batch, hidden, next_token_ids = Prefill(requests(3), [0], [4], 20).args
+    worker._draft_extend_for_prefill(batch, hidden if buffered else hidden[-1:], next_token_ids)
+    if buffered:
+        assert stand_in.calls == [] and runner.replays == [] and deferred.rows == 6
+    else:
+        assert stand_in.calls == ["draft prefill after 1 writes"] and deferred.rows == 0
 
 
 def test_the_upstream_methods_the_routing_relies_on_exist():

@@ -18,18 +18,18 @@ target's hidden states, the tokens shifted one place, positions and slots. That 
 was about a fifth of an eager prefill's Python and 5.6 % of its GPU time at 8B
 (benchmark/results/2026-12-01-offcost-8b-2.2-spread, 2026-11-30-offcost-8b-2.2).
 
-Buffered rows are written, in stream order, before anything reads or rewrites their draft KV:
+Buffered rows are written, in stream order, before anything else reads or writes their draft KV:
 - before a speculative step's draft, which reads the cache;
-- at the start of any forward that is not a decode step (a prefill may reuse the slots of
-  requests that have finished, and, speculating, its draft reads the cache);
-- in a plain step whose batch no longer holds every buffered request, before that step's own
-  rows are buffered. A slot leaves its request only when the scheduler frees it (finished,
-  retracted), after which the request leaves the decode batch; a plain step reusing it writes
-  only the target's KV there before the draft's, which comes from its own row, buffered after
-  the old one;
+- before a draft prefill that is not buffered (speculating, or a prompt the buffer cannot
+  take): it reads the cache and writes slots that buffered rows may hold;
 - when the buffer is full.
 So finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
-reuse is complete.
+reuse is complete. A slot the scheduler frees (finished or retracted requests, radix eviction)
+can be handed to a row buffered later, in the same write: the later row holds the slot's new
+owner, so one write keeps only each slot's last row and sends the others to SGLang's padding slot
+(``latest_row_per_slot``). A request leaving the batch or a prefill while off therefore forces no
+write; at C = 128, where a request leaves about every other step, they did: 0.92 writes a step
+(benchmark/results/2026-12-01-offcost-8b-2.2-c128).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from sglang_specgate.one_token_decode import take_rows
 logger = logging.getLogger(__name__)
 
 ONE_TOKEN = 1  # each buffered row is a one-token draft extend
+PADDING_SLOT = 0  # SGLang's KV slot for padded rows' writes (memory_pool.py), never allocated
 NO_GRAPH = "the one-token draft extend has no CUDA graph"
 
 
@@ -127,9 +128,12 @@ class DeferredDraftKV:
         self.hidden_states = torch.zeros((self.capacity, hidden.shape[1]), dtype=hidden.dtype, device=device)
         self.no_correct_drafts = torch.zeros((self.capacity,), dtype=torch.int32, device=device)
         self.one_accepted_token = torch.ones((self.capacity,), dtype=torch.int32, device=device)
+        self.row_numbers = torch.arange(self.capacity, dtype=torch.int64, device=device)
+        # Per draft KV slot, the number (over all writes) of the last row written to it.
+        kv_pool = runner.model_runner.token_to_kv_pool
+        self.last_row_of_slot = torch.full((kv_pool.size + kv_pool.page_size,), -1, dtype=torch.int64, device=device)
         self.device_module = torch.get_device_module(device)
         self.rows = 0
-        self.reqs: tuple = ()  # the requests with buffered rows
         self.rows_written = 0
         self.writes = 0
         self.prompt_rows = 0  # of those buffered, the rows of prefills while off
@@ -142,10 +146,6 @@ class DeferredDraftKV:
             "capacity": self.capacity,
             "prompt_rows": self.prompt_rows,
         }
-
-    def holds_rows_of(self, reqs) -> bool:
-        """Whether a decode batch of ``reqs`` keeps every request with buffered rows."""
-        return set(map(id, self.reqs)) <= set(map(id, reqs))
 
     def defer(self, batch, result) -> bool:
         """Buffer a plain step's draft-extend rows; False, buffering nothing, if they do not fit
@@ -160,13 +160,10 @@ class DeferredDraftKV:
             or batch.out_cache_loc.numel() != bs
         ):
             return False
-        if self.rows + bs > self.capacity or not self.holds_rows_of(batch.reqs):
-            self.write()
         self._append(bs, input_ids=result.next_token_ids,
                      # Spec-v2 decode batches hold the length before this step's token: its position.
                      positions=batch.seq_lens, out_cache_loc=batch.out_cache_loc,
                      req_pool_indices=batch.req_pool_indices, hidden_states=hidden)
-        self.reqs = tuple(batch.reqs)
         self._publish_read_done()
         return True
 
@@ -193,7 +190,6 @@ class DeferredDraftKV:
                      req_pool_indices=torch.repeat_interleave(batch.req_pool_indices, lens, output_size=n),
                      hidden_states=hidden)
         # A prefill publishes no read-done event: the scheduler waits for its whole forward.
-        self.reqs = (*self.reqs, *batch.reqs)
         self.prompt_rows += n
         return True
 
@@ -214,6 +210,7 @@ class DeferredDraftKV:
         n = self.rows
         if not n:
             return
+        self._latest_row_per_slot(n)
         positions = self.positions[:n]
         forward_batch = ForwardBatch(
             forward_mode=ForwardMode.DRAFT_EXTEND_V2,
@@ -242,7 +239,15 @@ class DeferredDraftKV:
         self.rows_written += n
         self.writes += 1
         self.rows = 0
-        self.reqs = ()
+
+    def _latest_row_per_slot(self, n: int) -> None:
+        """Send every buffered row whose slot a later buffered row holds to the padding slot,
+        on the GPU, without a sync. Rows are numbered across writes, so what earlier writes
+        left in ``last_row_of_slot`` is below every number here."""
+        slots = self.out_cache_loc[:n]
+        numbers = self.row_numbers[:n] + self.rows_written
+        self.last_row_of_slot.scatter_reduce_(0, slots, numbers, reduce="amax")
+        slots.masked_fill_(self.last_row_of_slot[slots] != numbers, PADDING_SLOT)
 
     def _publish_read_done(self) -> None:
         # The scheduler's next writes to the batch's shared buffers wait on the step's last

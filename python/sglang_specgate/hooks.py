@@ -95,8 +95,9 @@ HOOKS: tuple[Hook, ...] = (
         "for its lifetime: plain steps, and prefills while off (one row per prompt token), "
         "buffer their rows and stub the draft outputs with upstream's "
         "_stub_skipped_draft_extend, and the buffer is written through the steps-0 "
-        "draft-extend graph runner's execute (deferred_draft_kv.py); the worker's "
-        "forward_batch_generation and activate_step_by_batch write it first where needed.",
+        "draft-extend graph runner's execute (deferred_draft_kv.py), keeping each KV slot's "
+        "last row; the worker's activate_step_by_batch and the shadowed methods write it "
+        "before any draft forward that reads the cache.",
         upstream="srt/speculative/spec_info.py:284-298 (create_worker), "
         "speculative/eagle_worker_v2.py:1007 (EAGLEWorkerV2), :1299-1375 "
         "(build_adaptive_runtime_state), :339 (_capture_cuda_graphs); "
@@ -109,7 +110,9 @@ HOOKS: tuple[Hook, ...] = (
         "(can_run_graph), :468-598 (execute: the buffers it fills, padding, the read-done event); "
         "speculative/eagle_worker_v2.py:727-838 (_draft_extend_for_prefill: the tokens shifted "
         "with _eagle_prefill_tail_tokens, its output a next-step EagleDraftInput), :1131-1142 "
-        "(called with the target's FULL hidden states); eagle_info.py:146 (EagleDraftInput); "
+        "(called with the target's FULL hidden states, inside the draft's contexts); "
+        "mem_cache/memory_pool.py:1626-1627 (KVCache size, page_size: size + page_size slots), "
+        ":2968 (slot 0, the padding slot); eagle_info.py:146 (EagleDraftInput); "
         "speculative/eagle_worker_v2.py:854 (_draft_extend_for_decode), :1143 (activate_step_by_batch), :1182-1196 "
         "(where decode steps call it), :1255 (_stub_skipped_draft_extend); "
         "managers/scheduler.py:1663-1680 (_apply_war_barrier); "

@@ -175,11 +175,6 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             self.deferred_draft_kv = DeferredDraftKV(runner)
         return state
 
-    def forward_batch_generation(self, batch, *args, **kwargs):
-        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
-            self._write_deferred_draft_kv()  # the prefill's draft reads and writes the cache
-        return super().forward_batch_generation(batch, *args, **kwargs)
-
     def activate_step_by_batch(self, batch_size: int) -> None:
         super().activate_step_by_batch(batch_size)
         if self.speculative_num_steps != PLAIN_STEPS:
@@ -204,9 +199,10 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         so the stubs stand in here too; if the gate turns on first, those requests' first
         speculative step drafts from them, as after any off step."""
         deferred = self.deferred_draft_kv
+        if deferred is None:
+            return self._draft_extend_whole_prompt(batch, target_hidden_states, next_token_ids, mm_input_embeds)
         if (
-            deferred is not None
-            and self.speculative_num_steps == PLAIN_STEPS
+            self.speculative_num_steps == PLAIN_STEPS
             and mm_input_embeds is None
             and not batch.forward_mode.is_idle()
             and deferred.defer_prefill(batch, target_hidden_states, next_token_ids)
@@ -216,12 +212,15 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             )
             self._stub_skipped_draft_extend(batch, SimpleNamespace(next_draft_input=draft_input))
             return draft_input
+        # The draft's prefill reads the cache and writes slots buffered rows may hold; upstream
+        # runs it inside the draft's contexts, so the write needs none of its own.
+        deferred.write()
         return self._draft_extend_whole_prompt(batch, target_hidden_states, next_token_ids, mm_input_embeds)
 
     def _write_deferred_draft_kv(self) -> None:
         """Write the buffered rows in the contexts upstream runs every draft forward in
-        (eagle_worker_v2.py:1189-1195). Every speculative step and prefill asks, and most have
-        nothing buffered: they enter no context."""
+        (eagle_worker_v2.py:1189-1195). Every speculative step asks, and most have nothing
+        buffered: they enter no context."""
         deferred = self.deferred_draft_kv
         if deferred is None or not deferred.rows:
             return
