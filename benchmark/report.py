@@ -4,7 +4,8 @@
 
 Reads ``raw.jsonl`` (closed loop), ``gate.jsonl`` (gate counters) and ``bursty.jsonl``
 (per-request details) of each run; with several runs the rows are pooled and, for the same
-configuration and concurrency, the later run wins. Writes ``report.md`` (also printed) and, if
+tag, the later row wins. A level the sweep repeated (``--repeat-levels``: tags ``...,rep=I``) is
+reported by its median run, with every run's throughput in a table of its own. Writes ``report.md`` (also printed) and, if
 matplotlib is installed (``pip install 'sglang-specgate[bench]'``), ``throughput.png`` into the
 first run directory (or ``--out``).
 """
@@ -41,6 +42,8 @@ def tag_fields(tag: str) -> dict[str, str]:
 @dataclass
 class Results:
     closed: dict[str, dict[int, dict]] = field(default_factory=dict)  # config -> C -> row
+    # config -> C -> rows of a repeated level, in run order (its row in ``closed``: median_level)
+    repeats: dict[str, dict[int, list[dict]]] = field(default_factory=dict)
     gate: dict[str, dict] = field(default_factory=dict)  # tag -> gate.jsonl row
     bursty: dict[str, list[dict]] = field(default_factory=dict)  # config -> phase rows
     # phase (decode, prefill, level) -> config -> profile-[<phase>-]<config>.json
@@ -56,11 +59,22 @@ class Results:
         return [name for name in self.closed if name not in BASELINES]
 
 
+def repeat_of(tag: str) -> int:
+    return int(tag_fields(tag).get("rep", 1))
+
+
+def median_level(rows: list[dict]) -> dict:
+    """The run of median throughput, the lower middle one of an even count: a level that ran, so
+    its latencies and gate counters (gate.jsonl, by its tag) come with it."""
+    return sorted(rows, key=lambda r: r["output_throughput"])[(len(rows) - 1) // 2]
+
+
 def load(run_dirs: Iterable[Path]) -> Results:
     res = Results()
+    latest: dict[str, dict] = {}  # tag -> closed-loop row
     for run in run_dirs:
         for row in load_jsonl(run / "raw.jsonl"):
-            res.closed.setdefault(config_of(row["tag"]), {})[row["max_concurrency"]] = row
+            latest[row["tag"]] = row
         for row in load_jsonl(run / "gate.jsonl"):
             res.gate[row["tag"]] = row
         phases: dict[str, dict[int, dict]] = {}
@@ -72,6 +86,14 @@ def load(run_dirs: Iterable[Path]) -> Results:
             profile = json.loads(path.read_text())
             # Profiles written before prefill ones existed carry no phase: they are decode.
             res.profiles.setdefault(profile.get("phase", "decode"), {})[profile["config"]] = profile
+    levels: dict[str, dict[int, list[dict]]] = {}
+    for row in latest.values():
+        levels.setdefault(config_of(row["tag"]), {}).setdefault(row["max_concurrency"], []).append(row)
+    for name, by_c in levels.items():
+        res.closed[name] = {c: median_level(rows) for c, rows in by_c.items()}
+        repeated = {c: sorted(rows, key=lambda r: repeat_of(r["tag"])) for c, rows in by_c.items() if len(rows) > 1}
+        if repeated:
+            res.repeats[name] = repeated
     return res
 
 
@@ -243,9 +265,20 @@ def median_ratio(gated: Optional[dict], base: Optional[dict]) -> Optional[float]
     return gated["median_tok_s"] / base["median_tok_s"] if gated and base else None
 
 
+def repeats_table(res: Results) -> str:
+    rows = []
+    for name, by_c in res.repeats.items():
+        for c, levels in sorted(by_c.items()):
+            tput = [r["output_throughput"] for r in levels]
+            rows.append([name, str(c), " · ".join(fmt(t) for t in tput),
+                         fmt(res.closed[name][c]["output_throughput"]), f"{100 * (max(tput) / min(tput) - 1):.1f} %"])
+    return md_table(["config", "C", "out tok/s of each run, in order", "median", "max / min − 1"], rows)
+
+
 def ttft_stages_table(res: Results) -> str:
     """Each closed level's server-side mean per request of the TTFT stages, against plain's."""
-    rows_with_stages = [row for row in res.gate.values() if row.get("ttft_stages")]
+    reported = [res.gate.get(r["tag"], {}) for by_c in res.closed.values() for r in by_c.values()]
+    rows_with_stages = [row for row in reported if row.get("ttft_stages")]
     plain = {row["max_concurrency"]: row["ttft_stages"] for row in rows_with_stages
              if config_of(row["tag"]) == "plain"}
     rows = []
@@ -304,6 +337,11 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "accept len: the server's average over that level (reset before each level); "
                   "under a gate it mixes speculative and plain steps. steps: decode steps the "
                   "gate ran speculative / plain during the level, from `/server_info`."]
+    if res.repeats:
+        parts += ["## Repeated levels (`--repeat-levels`)", repeats_table(res),
+                  "Each configuration's level at C run several times back to back on one "
+                  "server; the tables above and below report its median run (gated / plain: "
+                  "median against median)."]
     if res.envelope():
         parts += ["## Envelope: gated / max(plain, always-on)", envelope_table(res)]
     if "plain" in res.closed and res.gated():

@@ -403,60 +403,67 @@ def run_bench(run: Run, cmd: list[str], log_name: str) -> subprocess.Popen:
 
 
 def level_command(run: Run, config: ServerConfig, c: int, dataset: Path,
-                  unreported: Optional[str] = None) -> list[str]:
+                  unreported: Optional[str] = None, rep: Optional[int] = None) -> list[str]:
     """A closed level's client; an ``unreported`` one's (WARM_UP, PROFILED) figures go to the
     work folder, not raw.jsonl."""
     args = run.args
     return bench_command(
-        args, tag=level_tag(config, c) + (f",{unreported}" if unreported else ""), dataset=dataset,
+        args, tag=level_tag(config, c, rep) + (f",{unreported}" if unreported else ""), dataset=dataset,
         output_file=run.work / f"{unreported}-levels.jsonl" if unreported else run.dir / "raw.jsonl",
         num_prompts=level_prompts(c, args.prompts_per_concurrency, args.min_prompts),
         concurrency=c, warmup=c, seed=args.seed, flush_cache=True,
     )
 
 
-def level_tag(config: ServerConfig, c: int) -> str:
-    return f"{config.name},c={c}"
+def level_tag(config: ServerConfig, c: int, rep: Optional[int] = None) -> str:
+    return f"{config.name},c={c}" + (f",rep={rep}" if rep else "")
 
 
-def level_plan(args: argparse.Namespace) -> list[tuple[int, Optional[str]]]:
-    """The closed levels each server runs, in order: (C, None) for a measured one, (C, WARM_UP)
-    before them and (C, PROFILED) after them for the unreported ones asked for."""
-    return [*([(args.warm_up_level, WARM_UP)] if args.warm_up_level is not None else []),
-            *((c, None) for c in args.concurrency),
-            *([(args.profile_level, PROFILED)] if args.profile_level is not None else [])]
+def level_log(config: ServerConfig, c: int, label: Optional[str] = None) -> str:
+    return f"bench-{config.name}-c{c}" + (f"-{label}" if label else "") + ".log"
+
+
+def level_plan(args: argparse.Namespace) -> list[tuple[int, Optional[str], Optional[int]]]:
+    """The closed levels each server runs, in order: (C, None, rep) for a measured one, rep
+    1..K with --repeat-levels K > 1, else None; (C, WARM_UP, None) before them and
+    (C, PROFILED, None) after them for the unreported ones asked for."""
+    reps = range(1, args.repeat_levels + 1) if args.repeat_levels > 1 else [None]
+    return [*([(args.warm_up_level, WARM_UP, None)] if args.warm_up_level is not None else []),
+            *((c, None, rep) for c in args.concurrency for rep in reps),
+            *([(args.profile_level, PROFILED, None)] if args.profile_level is not None else [])]
 
 
 def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
     plan = level_plan(run.args)
     if run.args.dry_run:
-        for c, purpose in plan:
-            run.record(level_command(run, config, c, dataset, unreported=purpose))
+        for c, purpose, rep in plan:
+            run.record(level_command(run, config, c, dataset, unreported=purpose, rep=rep))
         return
     run.note("# the levels below run one after another in one client process "
              "(serving_session.py: the same entry point, imported once)")
     with serving_session.Session(run.logs / f"bench-{config.name}-session.log",
                                  env=client_env()) as client:
-        for c, purpose in plan:
+        for c, purpose, rep in plan:
             if purpose is None:
-                closed_level(run, config, client, c, dataset)
+                closed_level(run, config, client, c, dataset, rep)
             else:
                 unreported_level(run, config, client, c, dataset, purpose,
                                  LevelProfile(run, config, c) if purpose == PROFILED else None)
 
 
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
-                 dataset: Path) -> None:
-    url, tag, cmd = base_url(run.args), level_tag(config, c), level_command(run, config, c, dataset)
+                 dataset: Path, rep: Optional[int] = None) -> None:
+    url, tag = base_url(run.args), level_tag(config, c, rep)
+    cmd, log = level_command(run, config, c, dataset, rep=rep), level_log(config, c, rep and f"rep{rep}")
     run.record(cmd)
     reset_accept_length(run, url)
     before = gate_snapshot(url)
     stages_before = stage_totals(run)
     server_log = run.logs / f"server-{config.name}.log"
     log_offset = server_log.stat().st_size
-    exit_code = client.run(serving_session.arguments_of(cmd), run.logs / f"bench-{config.name}-c{c}.log")
+    exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:
-        run.fail(f"{tag} (see logs/bench-{config.name}-c{c}.log)")
+        run.fail(f"{tag} (see logs/{log})")
         return
     after = gate_snapshot(url)
     level_log = decode_log.read_from(server_log, log_offset)
@@ -475,7 +482,7 @@ def unreported_level(run: Run, config: ServerConfig, client: serving_session.Ses
     PROFILED), inside ``around``."""
     cmd = level_command(run, config, c, dataset, unreported=purpose)
     run.record(cmd)
-    log = f"bench-{config.name}-c{c}-{purpose}.log"
+    log = level_log(config, c, purpose)
     with around or nullcontext():
         exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:
@@ -855,6 +862,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="before each server's measured levels, run its closed level at "
                         "concurrency C once, unreported: a server's first level runs slower "
                         "than the same level after it, by a different amount per server")
+    p.add_argument("--repeat-levels", type=int, default=1, metavar="K",
+                   help="run each measured closed level K times back to back (tags ...,rep=I); "
+                        "report.py reports a level by its median run: at C = 128 one level's "
+                        "throughput moved by up to 4 %% from the next on the same server")
     p.add_argument("--ttft-stages", action="store_true",
                    help="serve with --enable-metrics and record each closed level's mean queue, "
                         "prefill and TTFT per request from SGLang's histograms (ttft_stages.py)")
@@ -875,6 +886,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--scenarios: closed and/or bursty, got {args.scenarios}")
     if not set(args.configs) <= set(CONFIG_KINDS):
         p.error(f"--configs: choose from {', '.join(CONFIG_KINDS)}, got {args.configs}")
+    if args.repeat_levels < 1:
+        p.error(f"--repeat-levels: K >= 1 runs of each measured level, got {args.repeat_levels}")
     if any(n < 1 for n in args.thresholds or []):
         p.error("--thresholds: N >= 1 (0 would mean a gate that never fires)")
     if args.output_len_spread and not args.output_len:

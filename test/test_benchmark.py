@@ -375,7 +375,7 @@ def test_sweep_refuses_a_dataset_too_small(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", [["--configs", "plain,eagle"], ["--thresholds", "0"],
-                                 ["--thresholds", "8,x"],
+                                 ["--thresholds", "8,x"], ["--repeat-levels", "0"],
                                  ["--scenarios", "open"]])
 def test_sweep_rejects_bad_options(tmp_path: Path, bad: list[str]) -> None:
     with pytest.raises(SystemExit):
@@ -516,6 +516,28 @@ def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
     assert "| plain | 16 | 12.0 | 30.0 | – |" in text
     # no ratio where plain observed nothing
     assert "| gate-4 | 16 | 12.0 (1.00×) | 45.0 (1.50×) | 60.0 |" in text
+
+
+def test_report_takes_a_repeated_level_by_its_median_run(tmp_path: Path) -> None:
+    run = tmp_path / "repeats"
+    run.mkdir()
+    plain, gate = [8300.0, 7700.0, 8000.0], [7900.0, 7600.0, 8100.0, 7800.0]
+    write_jsonl(run / "raw.jsonl", [serving_row(f"plain,c=128,rep={i}", 128, t) for i, t in enumerate(plain, 1)]
+                + [serving_row(f"gate-9,c=128,rep={i}", 128, t, spec=True) for i, t in enumerate(gate, 1)])
+    write_jsonl(run / "gate.jsonl", [
+        {"tag": f"{name},c=128,rep={i}", "config": name, "max_concurrency": 128, "delta": None,
+         "ttft_stages": {"queue": float(i), "prefill": 50.0, "ttft": 100.0}}
+        for name, runs in (("plain", plain), ("gate-9", gate)) for i in range(1, len(runs) + 1)])
+    res = report.load([run])
+    assert res.closed["plain"][128]["tag"] == "plain,c=128,rep=3"  # 8,000 of 7,700 / 8,000 / 8,300
+    assert res.closed["gate-9"][128]["tag"] == "gate-9,c=128,rep=4"  # the lower middle of four
+    text = report.markdown(res, [run.name], 1000, 20, plot=None)
+    assert "| plain | 128 | 8,300.0 · 7,700.0 · 8,000.0 | 8,000.0 | 7.8 % |" in text
+    assert "| gate-9 | 128 | 7,900.0 · 7,600.0 · 8,100.0 · 7,800.0 | 7,800.0 | 6.6 % |" in text
+    assert "| gate-9 | 128 | 0.975 |" in text  # median against median
+    # the TTFT stages of the reported runs only
+    assert "| gate-9 | 128 | 4.0 (1.33×) |" in text and "| plain | 128 | 3.0 |" in text
+    assert text.count("| 128 | 1.0") == 0
 
 
 def sglang_histograms(registry):
@@ -737,6 +759,16 @@ def test_the_warm_up_level_runs_before_the_measured_ones_outside_their_figures(
     output_files = [line.split("--output-file ")[1].split()[0] for line in bench]
     assert output_files[1] == output_files[2] == str(tmp_path / "run" / "raw.jsonl")
     assert len({output_files[0], output_files[1], output_files[3]}) == 3
+
+
+def test_repeated_levels_run_back_to_back_between_the_unreported_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep.main(sweep_args(tmp_path, "--configs", "plain", "--concurrency", "16,32", "--scenarios", "closed",
+                          "--warm-up-level", "32", "--repeat-levels", "2", "--dry-run"))
+    bench = [line for line in capsys.readouterr().out.splitlines() if "sglang.benchmark.serving" in line]
+    assert [line.split("--tag ")[1].split()[0] for line in bench] == [
+        "plain,c=32,warm-up", "plain,c=16,rep=1", "plain,c=16,rep=2", "plain,c=32,rep=1", "plain,c=32,rep=2"]
+    assert {line.split("--output-file ")[1].split()[0] for line in bench[1:]} == {str(tmp_path / "run" / "raw.jsonl")}
 
 
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool) -> "sweep.Run":
