@@ -34,21 +34,11 @@ from urllib.parse import urlparse
 import psutil
 
 import sweep
+from machine import nvidia_smi
 from soak_load import (OUTCOMES, PROBE_TOKENS, Load, Mix, RequestResult, Wave, client_session,
                        drive, probe)
 
 # --------------------------------------------------------------------------- samples
-
-
-def nvidia_smi(query: str) -> Optional[list[list[str]]]:
-    """Rows of an ``nvidia-smi --query-*`` in CSV; None without nvidia-smi or on "[N/A]"."""
-    try:
-        out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    rows = [[field.strip() for field in line.split(",")] for line in out.splitlines() if line.strip()]
-    return None if any("N/A" in field for row in rows for field in row) else rows
 
 
 def gpu_memory_mib() -> Optional[list[int]]:

@@ -48,6 +48,7 @@ from typing import Callable, Iterator, Optional
 import decode_log
 import find_threshold
 import kernel_profile
+import machine
 import output_spread
 import prompts
 import serving_session
@@ -277,6 +278,7 @@ class Run:
     def note_invocation(self, argv: list[str]) -> None:
         """When, where and how the script was started: the head of command.txt."""
         self.note(f"# {datetime.datetime.now().isoformat(timespec='seconds')} in {os.getcwd()}")
+        self.note(machine.describe())
         self.note(shlex.join([sys.executable, sys.argv[0], *argv]))
 
     def note(self, text: str) -> None:

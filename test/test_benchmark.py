@@ -26,6 +26,7 @@ sys.path.insert(0, str(BENCH))
 import cpu_profile  # noqa: E402
 import decode_log  # noqa: E402
 import kernel_profile  # noqa: E402
+import machine  # noqa: E402
 import find_threshold  # noqa: E402
 import model_pair  # noqa: E402
 import output_spread  # noqa: E402
@@ -608,6 +609,34 @@ def test_cpu_profile_shares_of_one_thread() -> None:
 def test_cpu_profile_keeps_alike_named_files_of_two_runs_apart() -> None:
     paths = [Path("a/pyspy-plain.txt"), Path("a/pyspy-gate.txt"), Path("b/pyspy-gate.txt")]
     assert cpu_profile.column_names(paths) == ["pyspy-plain", "a/pyspy-gate", "b/pyspy-gate"]
+
+
+def fake_nvidia_smi(bin_dir: Path, csv: str) -> None:
+    """An ``nvidia-smi`` on PATH that prints ``csv`` (CI has no GPU); a real subprocess runs it."""
+    bin_dir.mkdir()
+    script = bin_dir / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{csv}\nEOF\n")
+    script.chmod(0o755)
+
+
+def test_machine_line_names_the_host_cpu_and_each_gpu(tmp_path: Path, monkeypatch) -> None:
+    fake_nvidia_smi(tmp_path / "bin", "NVIDIA H200, GPU-1234, 580.65, 1980, 700.00\n"
+                                      "NVIDIA H200, GPU-5678, 580.65, [N/A], 700.00")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    line = machine.describe()
+    assert line.startswith("# machine: ") and f" x {machine.cpu_model()}, " in line
+    assert ("NVIDIA H200 GPU-1234 (driver 580.65, max SM clock 1980 MHz, power limit 700.00 W); "
+            "NVIDIA H200 GPU-5678 (driver 580.65, max SM clock [N/A] MHz") in line
+    # samples (soak.py) still take a field nvidia-smi cannot give as no sample
+    assert machine.nvidia_smi("--query-gpu=clocks.max.sm") is None
+
+
+def test_machine_line_without_nvidia_smi(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert machine.describe().endswith(", no GPU listed by nvidia-smi")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\n")
+    assert machine.cpu_model(cpuinfo) == "AMD EPYC 9654 96-Core Processor"
 
 
 def test_cpu_profile_names_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
