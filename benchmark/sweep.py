@@ -421,7 +421,7 @@ def level_tag(config: ServerConfig, c: int, rep: Optional[int] = None) -> str:
     return f"{config.name},c={c}" + (f",rep={rep}" if rep else "")
 
 
-def level_log(config: ServerConfig, c: int, label: Optional[str] = None) -> str:
+def bench_log_name(config: ServerConfig, c: int, label: Optional[str] = None) -> str:
     return f"bench-{config.name}-c{c}" + (f"-{label}" if label else "") + ".log"
 
 
@@ -456,7 +456,7 @@ def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
                  dataset: Path, rep: Optional[int] = None) -> None:
     url, tag = base_url(run.args), level_tag(config, c, rep)
-    cmd, log = level_command(run, config, c, dataset, rep=rep), level_log(config, c, rep and f"rep{rep}")
+    cmd, log = level_command(run, config, c, dataset, rep=rep), bench_log_name(config, c, rep and f"rep{rep}")
     run.record(cmd)
     reset_accept_length(run, url)
     before = gate_snapshot(url)
@@ -468,12 +468,12 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
         run.fail(f"{tag} (see logs/{log})")
         return
     after = gate_snapshot(url)
-    level_log = decode_log.read_from(server_log, log_offset)
+    server_lines = decode_log.read_from(server_log, log_offset)
     stages = (ttft_stages.mean_ms(stages_before, stage_totals(run))
               if stages_before is not None else None)
     run.gate_row(tag, config.name, before, after, max_concurrency=c,
-                 steady_decode=decode_log.steady_throughput(level_log, c),
-                 prefills=decode_log.prefill_batches(level_log), ttft_stages=stages)
+                 steady_decode=decode_log.steady_throughput(server_lines, c),
+                 prefills=decode_log.prefill_batches(server_lines), ttft_stages=stages)
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 
@@ -484,7 +484,7 @@ def unreported_level(run: Run, config: ServerConfig, client: serving_session.Ses
     PROFILED), inside ``around``."""
     cmd = level_command(run, config, c, dataset, unreported=purpose)
     run.record(cmd)
-    log = level_log(config, c, purpose)
+    log = bench_log_name(config, c, purpose)
     with around or nullcontext():
         exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:

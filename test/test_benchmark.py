@@ -800,6 +800,30 @@ def test_repeated_levels_run_back_to_back_between_the_unreported_ones(
     assert {line.split("--output-file ")[1].split()[0] for line in bench[1:]} == {str(tmp_path / "run" / "raw.jsonl")}
 
 
+def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, monkeypatch) -> None:
+    """closed_level itself, on the CPU: the server and the client stand in (a server needs a
+    GPU); the sweep's code names, records and summarizes the level."""
+    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--repeat-levels", "2")))
+    run.logs.mkdir(parents=True)
+    (run.logs / "server-plain.log").write_text("")
+    monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
+    monkeypatch.setattr(sweep, "gate_snapshot", lambda url: None)
+    monkeypatch.setattr(sweep, "stage_totals", lambda run: None)
+
+    class Client:  # the serving client appends its row to --output-file
+        def run(self, argv: list[str], log: Path) -> int:
+            log.write_text("")
+            tag, out = (argv[argv.index(flag) + 1] for flag in ("--tag", "--output-file"))
+            with open(out, "a") as f:
+                f.write(json.dumps(serving_row(tag, 16, 1000.0)) + "\n")
+            return 0
+
+    sweep.closed_level(run, sweep.ServerConfig("plain", ()), Client(), 16, tmp_path / "prompts.jsonl", rep=2)
+    assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
+    [row] = report.load_jsonl(run.dir / "gate.jsonl")
+    assert row["tag"] == "plain,c=16,rep=2" and row["max_concurrency"] == 16
+
+
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool) -> "sweep.Run":
     """A sweep whose server is a stand-in: /start_profile writes a trace of mixed steps when
     ``profiler_writes``, else only once /stop_profile comes; the real LevelProfile around it."""
