@@ -5,9 +5,9 @@
 Reads ``raw.jsonl`` (closed loop), ``gate.jsonl`` (gate counters) and ``bursty.jsonl``
 (per-request details) of each run; with several runs the rows are pooled and, for the same
 tag, the later row wins. A level the sweep repeated (``--repeat-levels``: tags ``...,rep=I``) is
-reported by its median run, with every run's throughput in a table of its own. Writes ``report.md`` (also printed) and, if
-matplotlib is installed (``pip install 'sglang-specgate[bench]'``), ``throughput.png`` into the
-first run directory (or ``--out``).
+reported by its median run, with every run's throughput in a table of its own. Writes
+``report.md`` (also printed) and, if matplotlib is installed (``pip install
+'sglang-specgate[bench]'``), ``throughput.png`` into the first run directory (or ``--out``).
 """
 
 from __future__ import annotations

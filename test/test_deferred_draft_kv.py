@@ -381,22 +381,30 @@ def test_switching_to_speculation_writes_buffered_rows_before_the_draft_reads_th
     assert len(runner.replays) == 1 and stand_in.calls == ["draft contexts"]
 
 
-@pytest.mark.parametrize("steps, buffered", [(PLAIN_STEPS, True), (3, False)])
-def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(steps, buffered, monkeypatch):
+def prefill_stand_in(steps, runner, monkeypatch) -> StandInGatedWorker:
+    """The gated worker's prefill routing, its draft prefill recording how many writes came
+    before it; upstream's own stubs for the draft outputs, on the CPU."""
     import sglang.srt.speculative.eagle_worker_v2 as upstream
 
-    deferred = DeferredDraftKV(one_token_runner())
-    stand_in = StandInGatedWorker(steps, deferred)
+    stand_in = StandInGatedWorker(steps, DeferredDraftKV(runner))
     worker = stand_in.worker
-    worker._draft_extend_whole_prompt = lambda *args: stand_in.calls.append("draft prefill")
-    del worker._stub_skipped_draft_extend  # upstream's own stubs, on the CPU
+    worker._draft_extend_whole_prompt = lambda *args: stand_in.calls.append(
+        f"draft prefill after {len(runner.replays)} writes")
+    del worker._stub_skipped_draft_extend
     worker.topk, worker.device = 1, "cpu"
-    # they size the draft's hidden state from its runner, a model on a GPU
+    # the stubs size the draft's hidden state from its runner, a model on a GPU
     monkeypatch.setattr(upstream, "get_draft_recurrent_hidden_state_spec", lambda runner: (HIDDEN, torch.bfloat16))
+    return stand_in
+
+
+@pytest.mark.parametrize("steps, buffered", [(PLAIN_STEPS, True), (3, False)])
+def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(steps, buffered, monkeypatch):
+    stand_in = prefill_stand_in(steps, one_token_runner(), monkeypatch)
+    deferred = stand_in.worker.deferred_draft_kv
     prefill = Prefill(requests(1, 2), [0, 0], [3, 2], 0)
-    draft_input = worker._draft_extend_for_prefill(*prefill.args)
+    draft_input = stand_in.worker._draft_extend_for_prefill(*prefill.args)
     if not buffered:
-        assert stand_in.calls == ["draft prefill"] and deferred.rows == 0
+        assert stand_in.calls == ["draft prefill after 0 writes"] and deferred.rows == 0
         return
     assert stand_in.calls == [] and deferred.rows == 5
     assert draft_input.bonus_tokens is prefill.next_token_ids
@@ -408,19 +416,12 @@ def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(ste
 def test_a_prefill_writes_buffered_rows_first_only_if_its_draft_runs(buffered, monkeypatch):
     """A prefill while off buffers after the rows whose slots it may reuse; a draft prefill
     (here, a prompt without a hidden state per token) reads the cache and writes to it."""
-    import sglang.srt.speculative.eagle_worker_v2 as upstream
-
     runner = one_token_runner()
-    deferred = DeferredDraftKV(runner)
-    stand_in = StandInGatedWorker(PLAIN_STEPS, deferred)
-    worker = stand_in.worker
-    worker._draft_extend_whole_prompt = lambda *args: stand_in.calls.append(f"draft prefill after {len(runner.replays)} writes")
-    del worker._stub_skipped_draft_extend
-    worker.topk, worker.device = 1, "cpu"
-    monkeypatch.setattr(upstream, "get_draft_recurrent_hidden_state_spec", lambda runner: (HIDDEN, torch.bfloat16))
+    stand_in = prefill_stand_in(PLAIN_STEPS, runner, monkeypatch)
+    deferred = stand_in.worker.deferred_draft_kv
     deferred.defer(*Step(requests(1, 2), 0, 10, 0).args)
     batch, hidden, next_token_ids = Prefill(requests(3), [0], [4], 20).args
-    worker._draft_extend_for_prefill(batch, hidden if buffered else hidden[-1:], next_token_ids)
+    stand_in.worker._draft_extend_for_prefill(batch, hidden if buffered else hidden[-1:], next_token_ids)
     if buffered:
         assert stand_in.calls == [] and runner.replays == [] and deferred.rows == 6
     else:

@@ -27,7 +27,7 @@ So finished requests' rows are written too, and the draft KV the radix cache kee
 reuse is complete. A slot the scheduler frees (finished or retracted requests, radix eviction)
 can be handed to a row buffered later, in the same write: the later row holds the slot's new
 owner, so one write keeps only each slot's last row and sends the others to SGLang's padding slot
-(``latest_row_per_slot``). A request leaving the batch or a prefill while off therefore forces no
+(``_latest_row_per_slot``). A request leaving the batch or a prefill while off therefore forces no
 write; at C = 128, where a request leaves about every other step, they did: 0.92 writes a step
 (benchmark/results/2026-12-01-offcost-8b-2.2-c128).
 """
