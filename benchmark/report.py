@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -275,6 +276,22 @@ def repeats_table(res: Results) -> str:
     return md_table(["config", "C", "out tok/s of each run, in order", "median", "max / min − 1"], rows)
 
 
+def run_by_run_rows(res: Results) -> list[list[str]]:
+    """Each gate's repeated level against plain's run of the same number, the pairs that
+    ``sweep.py --interleave`` ran side by side."""
+    plain = res.repeats.get("plain", {})
+    rows = []
+    for name in res.gated():
+        for c, levels in sorted(res.repeats.get(name, {}).items()):
+            base = {repeat_of(r["tag"]): r["output_throughput"] for r in plain.get(c, [])}
+            ratios = [r["output_throughput"] / base[repeat_of(r["tag"])] for r in levels
+                      if repeat_of(r["tag"]) in base]
+            if ratios:
+                rows.append([name, str(c), " · ".join(fmt(x, 3) for x in ratios),
+                             fmt(statistics.median(ratios), 3), fmt(min(ratios), 3), fmt(max(ratios), 3)])
+    return rows
+
+
 def ttft_stages_table(res: Results) -> str:
     """Each closed level's server-side mean per request of the TTFT stages, against plain's."""
     reported = [res.gate.get(r["tag"], {}) for by_c in res.closed.values() for r in by_c.values()]
@@ -342,6 +359,14 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "Each configuration's level at C run several times back to back on one "
                   "server; the tables above and below report its median run (gated / plain: "
                   "median against median)."]
+    pairs = run_by_run_rows(res)
+    if pairs:
+        parts += ["## Run by run against plain",
+                  md_table(["config", "C", "tok/s vs plain's run of the same number, in order",
+                            "median", "lowest", "highest"], pairs),
+                  "Run I of a gate against run I of plain. With `sweep.py --interleave` both "
+                  "servers stayed up and each pair ran back to back, so host and time drift "
+                  "cancel in the ratio; without it the runs of a pair were a server start apart."]
     if res.envelope():
         parts += ["## Envelope: gated / max(plain, always-on)", envelope_table(res)]
     if "plain" in res.closed and res.gated():

@@ -40,8 +40,8 @@ import tempfile
 import threading
 import time
 import urllib.request
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -71,6 +71,11 @@ LEVEL_PROFILE_DELAY_S = 8.0
 # profiler slows a server, a gated one more (at C = 64, 8B: plain by 9 %, the gate by 15 %;
 # benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows), so no measured level is traced.
 WARM_UP, PROFILED = "warm-up", "profiled"
+# --interleave: the servers share the GPU, all of them together this fraction of its memory
+# (the rest is activations). SGLang makes a server's static memory --mem-fraction-static of the
+# memory free when it starts (kv_cache_configurator.py:1616-1625, resized after graph capture
+# to the same bound, kv_pool_runtime.py:53), so each later server gets a larger fraction of less.
+INTERLEAVED_MEMORY = 0.85
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ class ServerConfig:
     flags: tuple[str, ...]
     # Written to run_dir/<name>.json before the server starts (upstream gate only).
     adaptive_config: Optional[dict] = None
+    port: Optional[int] = None  # None: the sweep's --port (servers that run one at a time)
 
 
 def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
@@ -214,7 +220,7 @@ def server_command(args: argparse.Namespace, config: ServerConfig) -> list[str]:
     return [
         sys.executable, "-m", "sglang.launch_server",
         "--model-path", args.model_path,
-        "--host", args.host, "--port", str(args.port),
+        "--host", args.host, "--port", str(config.port or args.port),
         # The same batch range for every configuration: SGLang's defaults differ between
         # plain and speculative servers (48 running requests under speculation).
         "--max-running-requests", str(args.max_running_requests),
@@ -223,13 +229,13 @@ def server_command(args: argparse.Namespace, config: ServerConfig) -> list[str]:
     ]
 
 
-def bench_command(args: argparse.Namespace, *, tag: str, dataset: Path, output_file: Path,
+def bench_command(args: argparse.Namespace, *, url: str, tag: str, dataset: Path, output_file: Path,
                   num_prompts: int, warmup: int, concurrency: Optional[int] = None,
                   rate: float = math.inf, seed: int = 1, details: bool = False,
                   flush_cache: bool = False, output_len: Optional[int] = None) -> list[str]:
     cmd = [
         sys.executable, "-m", serving_session.PROGRAM,
-        "--backend", "sglang", "--base-url", base_url(args),
+        "--backend", "sglang", "--base-url", url,
         "--tokenizer", args.tokenizer or args.model_path,
         "--dataset-name", "custom", "--dataset-path", str(dataset),
         "--num-prompts", str(num_prompts),
@@ -252,8 +258,10 @@ def bench_command(args: argparse.Namespace, *, tag: str, dataset: Path, output_f
     return cmd
 
 
-def base_url(args: argparse.Namespace) -> str:
-    return f"http://{args.host}:{args.port}"
+def base_url(args: argparse.Namespace, config: Optional[ServerConfig] = None) -> str:
+    """Where ``config``'s server listens; without one, the sweep's --port."""
+    port = config.port if config is not None and config.port is not None else args.port
+    return f"http://{args.host}:{port}"
 
 
 def gate_delta(before: Optional[dict], after: Optional[dict]) -> Optional[dict]:
@@ -343,7 +351,7 @@ def healthy(url: str) -> bool:
 @contextmanager
 def server(run: Run, config: ServerConfig) -> Iterator[bool]:
     """Start the server, yield whether it became healthy, and always stop it."""
-    args, url = run.args, base_url(run.args)
+    args, url = run.args, base_url(run.args, config)
     cmd = server_command(args, config)
     if args.dry_run:
         run.record(cmd)
@@ -410,7 +418,8 @@ def level_command(run: Run, config: ServerConfig, c: int, dataset: Path,
     work folder, not raw.jsonl."""
     args = run.args
     return bench_command(
-        args, tag=level_tag(config, c, rep) + (f",{unreported}" if unreported else ""), dataset=dataset,
+        args, url=base_url(args, config),
+        tag=level_tag(config, c, rep) + (f",{unreported}" if unreported else ""), dataset=dataset,
         output_file=run.work / f"{unreported}-levels.jsonl" if unreported else run.dir / "raw.jsonl",
         num_prompts=level_prompts(c, args.prompts_per_concurrency, args.min_prompts),
         concurrency=c, warmup=c, seed=args.seed, flush_cache=True,
@@ -435,17 +444,29 @@ def level_plan(args: argparse.Namespace) -> list[tuple[int, Optional[str], Optio
             *([(args.profile_level, PROFILED, None)] if args.profile_level is not None else [])]
 
 
-def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
-    plan = level_plan(run.args)
+# A closed level to run: (server, C, purpose, rep), as level_plan's (C, purpose, rep).
+PlannedLevel = tuple[ServerConfig, int, Optional[str], Optional[int]]
+
+
+def interleaved_plan(args: argparse.Namespace, configs: list[ServerConfig]) -> list[PlannedLevel]:
+    """--interleave: every server's warm-up level, then each measured level's runs alternating
+    between the servers, in reverse order every other run (A B, B A, A B, ...), so that pair I of
+    a level ran in the same minute on the same host and neither server always goes first."""
+    plan: list[PlannedLevel] = []
+    for c, purpose, rep in level_plan(args):
+        plan += [(config, c, purpose, rep) for config in (configs[::-1] if (rep or 1) % 2 == 0 else configs)]
+    return plan
+
+
+def closed_loop(run: Run, plan: list[PlannedLevel], dataset: Path, session_log: str) -> None:
     if run.args.dry_run:
-        for c, purpose, rep in plan:
+        for config, c, purpose, rep in plan:
             run.record(level_command(run, config, c, dataset, unreported=purpose, rep=rep))
         return
     run.note("# the levels below run one after another in one client process "
              "(serving_session.py: the same entry point, imported once)")
-    with serving_session.Session(run.logs / f"bench-{config.name}-session.log",
-                                 env=client_env()) as client:
-        for c, purpose, rep in plan:
+    with serving_session.Session(run.logs / session_log, env=client_env()) as client:
+        for config, c, purpose, rep in plan:
             if purpose is None:
                 closed_level(run, config, client, c, dataset, rep)
             else:
@@ -455,12 +476,12 @@ def closed_loop(run: Run, config: ServerConfig, dataset: Path) -> None:
 
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
                  dataset: Path, rep: Optional[int] = None) -> None:
-    url, tag = base_url(run.args), level_tag(config, c, rep)
+    url, tag = base_url(run.args, config), level_tag(config, c, rep)
     cmd, log = level_command(run, config, c, dataset, rep=rep), bench_log_name(config, c, rep and f"rep{rep}")
     run.record(cmd)
     reset_accept_length(run, url)
     before = gate_snapshot(url)
-    stages_before = stage_totals(run)
+    stages_before = stage_totals(run, url)
     server_log = run.logs / f"server-{config.name}.log"
     log_offset = server_log.stat().st_size
     exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
@@ -469,7 +490,7 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
         return
     after = gate_snapshot(url)
     server_lines = decode_log.read_from(server_log, log_offset)
-    stages = (ttft_stages.mean_ms(stages_before, stage_totals(run))
+    stages = (ttft_stages.mean_ms(stages_before, stage_totals(run, url))
               if stages_before is not None else None)
     run.gate_row(tag, config.name, before, after, max_concurrency=c,
                  steady_decode=decode_log.steady_throughput(server_lines, c),
@@ -506,7 +527,7 @@ class LevelProfile:
 
     def _start(self) -> None:
         try:
-            start_profile(base_url(self.run.args), self.trace_dir, self.run.args.profile_steps)
+            start_profile(base_url(self.run.args, self.config), self.trace_dir, self.run.args.profile_steps)
         except OSError as e:  # URLError, HTTPError, a timeout: said in __exit__, not as a thread's traceback
             self.refused = e
             return
@@ -529,7 +550,7 @@ class LevelProfile:
         trace = written_trace(self.trace_dir, timeout=10)
         if trace is None:
             # The level ended before --profile-steps steps: the profiler writes what it has on stop.
-            http_request(base_url(self.run.args) + "/stop_profile", timeout=120)
+            http_request(base_url(self.run.args, self.config) + "/stop_profile", timeout=120)
             trace = written_trace(self.trace_dir)
         write_profile(self.run, self.config, trace, self.run.args.profile_steps, "level",
                       concurrency=self.c, trace_fields=level_prefill_intervals)
@@ -542,11 +563,11 @@ def level_prefill_intervals(trace: dict) -> dict:
         return {"prefill_intervals": None}
 
 
-def stage_totals(run: Run) -> Optional[ttft_stages.Totals]:
+def stage_totals(run: Run, url: str) -> Optional[ttft_stages.Totals]:
     """With ``--ttft-stages``, the server's TTFT-stage histogram totals (ttft_stages.py)."""
     if not run.args.ttft_stages:
         return None
-    return ttft_stages.totals(http_request(base_url(run.args) + "/metrics").decode())
+    return ttft_stages.totals(http_request(url + "/metrics").decode())
 
 
 def last_gen_throughput(url: str) -> float:
@@ -610,7 +631,8 @@ def profile_load_command(run: Run, config: ServerConfig, dataset: Path, tag: str
     """Exactly --profile-concurrency requests at once, none waiting, on an empty prefix cache."""
     args, c = run.args, run.args.profile_concurrency
     return bench_command(
-        args, tag=f"{config.name},{tag}", dataset=dataset, output_file=run.work / "profile.jsonl",
+        args, url=base_url(args, config), tag=f"{config.name},{tag}", dataset=dataset,
+        output_file=run.work / "profile.jsonl",
         num_prompts=c, concurrency=c, warmup=0, seed=args.seed, output_len=output_len,
         flush_cache=True,
     )
@@ -619,7 +641,7 @@ def profile_load_command(run: Run, config: ServerConfig, dataset: Path, tag: str
 def profile_decode(run: Run, config: ServerConfig, dataset: Path) -> None:
     """Exactly C long requests at once, so after their prefill every step is a decode step at
     batch C; profile --profile-steps of them and write profile-<config>.json."""
-    args, url = run.args, base_url(run.args)
+    args, url = run.args, base_url(run.args, config)
     trace_dir = run.work / f"profile-{config.name}"
     cmd = profile_load_command(run, config, dataset, "profile", args.profile_output_len)
     if args.dry_run:
@@ -647,7 +669,7 @@ def profile_prefill(run: Run, config: ServerConfig, dataset: Path) -> None:
     """C requests sent at once to the idle server, as a closed loop sends a wave when C requests
     finish together: the trace holds their prefill and the few decode steps of their
     PREFILL_WAVE_OUTPUT_LEN tokens; written per wave to profile-prefill-<config>.json."""
-    args, url = run.args, base_url(run.args)
+    args, url = run.args, base_url(run.args, config)
     trace_dir = run.work / f"profile-prefill-{config.name}"
     cmd = profile_load_command(run, config, dataset, "profile-prefill", PREFILL_WAVE_OUTPUT_LEN)
     if args.dry_run:
@@ -663,12 +685,12 @@ def profile_prefill(run: Run, config: ServerConfig, dataset: Path) -> None:
 
 
 def bursty(run: Run, config: ServerConfig, dataset: Path) -> None:
-    args, url = run.args, base_url(run.args)
+    args, url = run.args, base_url(run.args, config)
     phases = args.bursty_phases
     slices = bursty_slices(dataset, phases, run.work, write=not args.dry_run)
     cmds = [
         bench_command(
-            args,
+            args, url=url,
             tag=f"{config.name},bursty,phase={k},rate={p.rate:g},s={p.seconds:g}",
             dataset=slices[k], output_file=run.work / f"{config.name}-phase-{k}.jsonl",
             num_prompts=p.num_prompts, warmup=0, rate=p.rate, seed=args.seed + k,
@@ -679,7 +701,7 @@ def bursty(run: Run, config: ServerConfig, dataset: Path) -> None:
     # A server fresh from start-up is warmed by a side client, so that every phase starts
     # on schedule; after the closed loop it is warm already.
     warmup = None if "closed" in args.scenarios else bench_command(
-        args, tag=f"{config.name},warmup", dataset=slices[0],
+        args, url=url, tag=f"{config.name},warmup", dataset=slices[0],
         output_file=run.work / "warmup.jsonl", num_prompts=2, warmup=2, concurrency=2,
         flush_cache=True)
     if args.dry_run:
@@ -820,6 +842,22 @@ def add_server_arguments(p: argparse.ArgumentParser, *, model_required: bool,
     p.add_argument("--server-timeout", type=float, default=900, help="seconds to become healthy")
 
 
+def why_not_interleaved(args: argparse.Namespace, server_flags: list[str]) -> Optional[str]:
+    """What in the command line --interleave cannot run, with the fix; None if nothing."""
+    if args.thresholds is None and any(kind in GATE_KINDS for kind in args.configs):
+        return "--thresholds auto needs plain and spec measured before the gates: give --thresholds N"
+    servers = sum(len(args.thresholds) if kind in GATE_KINDS else 1 for kind in args.configs)
+    if servers < 2:
+        return "it runs servers side by side: give --configs two or more, e.g. gate,plain"
+    if args.scenarios != ["closed"]:
+        return "closed levels only: give --scenarios closed"
+    if args.profile_level is not None or args.profile_concurrency or args.profile_prefill:
+        return "profiles run one server at a time: drop --profile-level/--profile-concurrency/--profile-prefill"
+    if any(flag.split("=")[0] == "--mem-fraction-static" for flag in server_flags):
+        return "it splits the GPU's memory between the servers itself: drop --mem-fraction-static"
+    return None
+
+
 def dated_run_dir(name: str) -> Path:
     return RESULTS / f"{datetime.date.today().isoformat()}-{name}"
 
@@ -868,6 +906,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="run each measured closed level K times back to back (tags ...,rep=I); "
                         "report.py reports a level by its median run: at C = 128 one level's "
                         "throughput moved by up to 4 %% from the next on the same server")
+    p.add_argument("--interleave", action="store_true",
+                   help="start every configuration's server at once, each with a share of the "
+                        "GPU's memory on ports --port, --port+1, ..., and run each closed level "
+                        "on them in turn (with --repeat-levels K, K pairs in A B, B A order): an "
+                        "A/B whose pairs ran minutes apart, not a server start and a host apart; "
+                        "closed levels only, thresholds given")
     p.add_argument("--ttft-stages", action="store_true",
                    help="serve with --enable-metrics and record each closed level's mean queue, "
                         "prefill and TTFT per request from SGLang's histograms (ttft_stages.py)")
@@ -888,6 +932,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--scenarios: closed and/or bursty, got {args.scenarios}")
     if not set(args.configs) <= set(CONFIG_KINDS):
         p.error(f"--configs: choose from {', '.join(CONFIG_KINDS)}, got {args.configs}")
+    if args.interleave:
+        interleave_error = why_not_interleaved(args, server_flags)
+        if interleave_error:
+            p.error(f"--interleave: {interleave_error}")
     if args.repeat_levels < 1:
         p.error(f"--repeat-levels: K >= 1 runs of each measured level, got {args.repeat_levels}")
     if any(n < 1 for n in args.thresholds or []):
@@ -943,7 +991,8 @@ def serve_and_load(run: Run, config: ServerConfig, dataset: Path) -> None:
             return
         try:
             if "closed" in args.scenarios:
-                closed_loop(run, config, dataset)
+                closed_loop(run, [(config, *level) for level in level_plan(args)], dataset,
+                            f"bench-{config.name}-session.log")
             if "bursty" in args.scenarios and args.bursty_phases:
                 bursty(run, config, dataset)
             # The prefill wave first, on the idle server: the decode profile ends by killing
@@ -954,6 +1003,42 @@ def serve_and_load(run: Run, config: ServerConfig, dataset: Path) -> None:
                 profile_decode(run, config, dataset)
         except OSError as e:  # the server went away: go on with the next one
             run.fail(f"{config.name}: {e}")
+
+
+def serve_one_by_one(run: Run, spec: Speculation, dataset: Path) -> None:
+    """Each configuration's server in turn, the gates at the --thresholds N (auto: the N that
+    the plain and spec rows measured before them suggest)."""
+    thresholds = run.args.thresholds
+    for kind in run.args.configs:
+        if kind in GATE_KINDS and thresholds is None:
+            thresholds = auto_thresholds(run)  # once plain and spec have run
+        for config in server_configs([kind], thresholds or [], spec, run.dir):
+            serve_and_load(run, config, dataset)
+
+
+def side_by_side(args: argparse.Namespace, configs: list[ServerConfig]) -> list[ServerConfig]:
+    """--interleave: each server on its own port with an equal share of the GPU's memory
+    (INTERLEAVED_MEMORY), sleeping while idle so that its scheduler does not spin on a CPU the
+    measured server's processes could use."""
+    share = INTERLEAVED_MEMORY / len(configs)
+    return [replace(config, port=args.port + k,
+                    flags=(*config.flags, "--mem-fraction-static", f"{share / (1 - k * share):.3f}",
+                           "--sleep-on-idle"))
+            for k, config in enumerate(configs)]
+
+
+def serve_interleaved(run: Run, configs: list[ServerConfig], dataset: Path) -> None:
+    """--interleave: start every server, then run the closed levels alternately against them."""
+    with ExitStack() as servers:
+        for config in configs:
+            run.note(f"# server {config.name} (port {config.port}), resident with the others")
+            if not servers.enter_context(server(run, config)):
+                run.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+                return
+        try:
+            closed_loop(run, interleaved_plan(run.args, configs), dataset, "bench-session.log")
+        except OSError as e:  # a server went away
+            run.fail(f"interleaved levels: {e}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -967,12 +1052,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             d.mkdir(parents=True, exist_ok=True)
     run.note_invocation(argv)
     dataset = prepare_dataset(run)
-    thresholds = args.thresholds
-    for kind in args.configs:
-        if kind in GATE_KINDS and thresholds is None:
-            thresholds = auto_thresholds(run)  # once plain and spec have run
-        for config in server_configs([kind], thresholds or [], spec, run.dir):
-            serve_and_load(run, config, dataset)
+    if args.interleave:
+        configs = server_configs(args.configs, args.thresholds, spec, run.dir)
+        serve_interleaved(run, side_by_side(args, configs), dataset)
+    else:
+        serve_one_by_one(run, spec, dataset)
     if not args.dry_run:
         shutil.rmtree(run.work, ignore_errors=True)
     print(f"results: {run.dir}" + (f"; {len(run.failures)} failed" if run.failures else ""))

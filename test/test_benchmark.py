@@ -16,6 +16,7 @@ import shutil
 import statistics
 import sys
 import urllib.error
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -179,22 +180,23 @@ def test_server_configs_and_commands(tmp_path: Path) -> None:
 
 def test_bench_command(tmp_path: Path) -> None:
     args = sweep.parse_args(sweep_args(tmp_path, "--output-len", "128"))
-    closed = sweep.bench_command(args, tag="spec,c=8", dataset=Path("d.jsonl"),
+    closed = sweep.bench_command(args, url=sweep.base_url(args), tag="spec,c=8", dataset=Path("d.jsonl"),
                                  output_file=Path("raw.jsonl"), num_prompts=64, warmup=8,
                                  concurrency=8, flush_cache=True)
     assert closed[1:3] == ["-m", "sglang.benchmark.serving"]
     def value(flag: str) -> str:
         return closed[closed.index(flag) + 1]
 
+    assert value("--base-url") == "http://127.0.0.1:30000"
     assert value("--dataset-name") == "custom" and value("--dataset-path") == "d.jsonl"
     assert value("--request-rate") == "inf" and value("--max-concurrency") == "8"
     assert value("--sharegpt-output-len") == "128" and value("--tag") == "spec,c=8"
     assert "--flush-cache" in closed and "--output-details" not in closed
-    phase = sweep.bench_command(args, tag="t", dataset=Path("d"), output_file=Path("o"),
+    phase = sweep.bench_command(args, url="http://h:1", tag="t", dataset=Path("d"), output_file=Path("o"),
                                 num_prompts=10, warmup=0, rate=2.5, details=True)
     assert "--max-concurrency" not in phase and "--output-details" in phase
     assert phase[phase.index("--request-rate") + 1] == "2.5"
-    mixed = sweep.bench_command(sweep.parse_args(sweep_args(tmp_path, "--output-len", "0")), tag="t",
+    mixed = sweep.bench_command(sweep.parse_args(sweep_args(tmp_path, "--output-len", "0")), url="http://h:1", tag="t",
                                 dataset=Path("d"), output_file=Path("o"), num_prompts=10, warmup=0)
     assert "--sharegpt-output-len" not in mixed  # the loader takes each answer's length
 
@@ -536,6 +538,8 @@ def test_report_takes_a_repeated_level_by_its_median_run(tmp_path: Path) -> None
     assert "| plain | 128 | 8,300.0 · 7,700.0 · 8,000.0 | 8,000.0 | 7.8 % |" in text
     assert "| gate-9 | 128 | 7,900.0 · 7,600.0 · 8,100.0 · 7,800.0 | 7,800.0 | 6.6 % |" in text
     assert "| gate-9 | 128 | 0.975 |" in text  # median against median
+    # run I against run I: 7,900 / 8,300, 7,600 / 7,700, 8,100 / 8,000; gate's fourth has no pair
+    assert "| gate-9 | 128 | 0.952 · 0.987 · 1.012 | 0.987 | 0.952 | 1.012 |" in text
     # the TTFT stages of the reported runs only
     assert "| gate-9 | 128 | 4.0 (1.33×) |" in text and "| plain | 128 | 3.0 |" in text
     assert text.count("| 128 | 1.0") == 0
@@ -808,7 +812,7 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     (run.logs / "server-plain.log").write_text("")
     monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
     monkeypatch.setattr(sweep, "gate_snapshot", lambda url: None)
-    monkeypatch.setattr(sweep, "stage_totals", lambda run: None)
+    monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
 
     class Client:  # the serving client appends its row to --output-file
         def run(self, argv: list[str], log: Path) -> int:
@@ -822,6 +826,95 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
     [row] = report.load_jsonl(run.dir / "gate.jsonl")
     assert row["tag"] == "plain,c=16,rep=2" and row["max_concurrency"] == 16
+
+
+INTERLEAVED = ("--configs", "gate,plain", "--thresholds", "9", "--scenarios", "closed", "--concurrency", "128")
+
+
+def test_interleaved_servers_split_the_gpu_memory_and_take_turns_per_pair(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep.main(sweep_args(tmp_path, *INTERLEAVED, "--warm-up-level", "128", "--repeat-levels", "3",
+                          "--interleave", "--dry-run"))
+    out = capsys.readouterr().out.splitlines()
+    servers = [line for line in out if "sglang.launch_server" in line]
+    assert ["--port 30000 " in servers[0], "--port 30001 " in servers[1]] == [True, True]
+    # Each server's static memory is its fraction of what was free when it started:
+    # 0.425 of the GPU, then 0.739 of the 0.575 left, again 0.425 of the GPU.
+    assert "--mem-fraction-static 0.425 --sleep-on-idle" in servers[0]
+    assert "--mem-fraction-static 0.739 --sleep-on-idle" in servers[1]
+    bench = [line for line in out if "sglang.benchmark.serving" in line]
+    assert [(line.split("--tag ")[1].split()[0], line.split("--base-url ")[1].split()[0][-5:]) for line in bench] == [
+        ("gate-9,c=128,warm-up", "30000"), ("plain,c=128,warm-up", "30001"),
+        ("gate-9,c=128,rep=1", "30000"), ("plain,c=128,rep=1", "30001"),
+        ("plain,c=128,rep=2", "30001"), ("gate-9,c=128,rep=2", "30000"),
+        ("gate-9,c=128,rep=3", "30000"), ("plain,c=128,rep=3", "30001")]
+
+
+@pytest.mark.parametrize("extra, advice", [
+    (["--configs", "gate", "--thresholds", "9"], "give --configs two or more"),
+    (["--configs", "gate,plain"], "--thresholds auto needs plain and spec measured before the gates"),
+    ([*INTERLEAVED, "--scenarios", "closed,bursty"], "closed levels only"),
+    ([*INTERLEAVED, "--profile-level", "128"], "profiles run one server at a time"),
+    ([*INTERLEAVED, "--", "--mem-fraction-static=0.5"], "drop --mem-fraction-static"),
+])
+def test_interleave_names_what_it_cannot_run(tmp_path: Path, capsys, extra, advice) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.parse_args(sweep_args(tmp_path, "--interleave", *extra))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "error: --interleave: " in err and advice in err
+    # two gates are two servers
+    assert sweep.parse_args(sweep_args(tmp_path, "--interleave", "--configs", "gate", "--thresholds", "8,9",
+                                       "--scenarios", "closed")).interleave
+
+
+def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkeypatch) -> None:
+    """serve_interleaved on the CPU: servers and client stand in (a server needs a GPU); every
+    level's client, counters and log belong to the server it measures, and both stay up."""
+    args = sweep.parse_args(sweep_args(tmp_path, *INTERLEAVED, "--repeat-levels", "2", "--interleave"))
+    run = sweep.Run(args)
+    run.logs.mkdir(parents=True)
+    configs = sweep.side_by_side(args, sweep.server_configs(args.configs, args.thresholds,
+                                                            sweep.Speculation.from_args(args), run.dir))
+    up: list[str] = []
+
+    @contextmanager
+    def stand_in_server(run, config):
+        (run.logs / f"server-{config.name}.log").write_text("")
+        up.append(config.name)
+        yield True
+        up.remove(config.name)
+
+    asked: list[str] = []
+    monkeypatch.setattr(sweep, "server", stand_in_server)
+    monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
+    monkeypatch.setattr(sweep, "gate_snapshot", lambda url: asked.append(url))
+    monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
+
+    class Client:
+        def __init__(self, *args, **kwargs) -> None:
+            self.levels: list[tuple[str, str]] = []
+
+        def __enter__(self) -> "Client":
+            return self
+
+        def __exit__(self, *exc) -> None:
+            pass
+
+        def run(self, argv: list[str], log: Path) -> int:
+            assert up == ["gate-9", "plain"]
+            log.write_text("")
+            tag, out, url = (argv[argv.index(flag) + 1] for flag in ("--tag", "--output-file", "--base-url"))
+            assert url == sweep.base_url(args, next(c for c in configs if tag.startswith(c.name + ",")))
+            with open(out, "a") as f:
+                f.write(json.dumps(serving_row(tag, 128, 1000.0)) + "\n")
+            return 0
+
+    monkeypatch.setattr(sweep.serving_session, "Session", Client)
+    sweep.serve_interleaved(run, configs, tmp_path / "prompts.jsonl")
+    assert run.failures == [] and up == []
+    assert [r["tag"] for r in report.load_jsonl(run.dir / "raw.jsonl")] == [
+        "gate-9,c=128,rep=1", "plain,c=128,rep=1", "plain,c=128,rep=2", "gate-9,c=128,rep=2"]
+    assert asked == ["http://127.0.0.1:30000"] * 2 + ["http://127.0.0.1:30001"] * 4 + ["http://127.0.0.1:30000"] * 2
 
 
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool) -> "sweep.Run":

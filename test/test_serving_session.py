@@ -123,8 +123,9 @@ def test_sweep_levels_in_one_client_process(fake: FakeServing, tmp_path: Path) -
     raw, logs = tmp_path / "raw.jsonl", []
     with serving_session.Session(tmp_path / "session.log", env=sweep.client_env()) as client:
         for c in (1, 4):
-            cmd = sweep.bench_command(args, tag=f"plain,c={c}", dataset=dataset, output_file=raw,
-                                      num_prompts=4, concurrency=c, warmup=1, flush_cache=True)
+            cmd = sweep.bench_command(args, url=sweep.base_url(args), tag=f"plain,c={c}", dataset=dataset,
+                                      output_file=raw, num_prompts=4, concurrency=c, warmup=1,
+                                      flush_cache=True)
             logs.append(tmp_path / f"c{c}.log")
             assert client.run(serving_session.arguments_of(cmd), logs[-1]) == 0, logs[-1].read_text()
     rows = [json.loads(line) for line in raw.read_text().splitlines()]
