@@ -15,6 +15,9 @@ For each server configuration the sweep starts ``sglang.launch_server`` once, th
 The gates run at each ``--thresholds`` N; by default (``auto``) at the N find_threshold.py
 suggests from the plain and spec rows measured just before them.
 
+One server runs at a time, unless ``--interleave`` keeps them all up, sharing the GPU, and runs
+each closed level on them in turn: an A/B whose pairs ran minutes apart on the same host.
+
 Around each level it reads the gate's counters from ``/server_info``
 (``internal_states[0].spec_gate``) and stores them with their deltas in ``gate.jsonl``.
 
@@ -220,7 +223,7 @@ def server_command(args: argparse.Namespace, config: ServerConfig) -> list[str]:
     return [
         sys.executable, "-m", "sglang.launch_server",
         "--model-path", args.model_path,
-        "--host", args.host, "--port", str(config.port or args.port),
+        "--host", args.host, "--port", str(server_port(args, config)),
         # The same batch range for every configuration: SGLang's defaults differ between
         # plain and speculative servers (48 running requests under speculation).
         "--max-running-requests", str(args.max_running_requests),
@@ -258,10 +261,13 @@ def bench_command(args: argparse.Namespace, *, url: str, tag: str, dataset: Path
     return cmd
 
 
+def server_port(args: argparse.Namespace, config: ServerConfig) -> int:
+    return args.port if config.port is None else config.port
+
+
 def base_url(args: argparse.Namespace, config: Optional[ServerConfig] = None) -> str:
     """Where ``config``'s server listens; without one, the sweep's --port."""
-    port = config.port if config is not None and config.port is not None else args.port
-    return f"http://{args.host}:{port}"
+    return f"http://{args.host}:{args.port if config is None else server_port(args, config)}"
 
 
 def gate_delta(before: Optional[dict], after: Optional[dict]) -> Optional[dict]:
