@@ -379,7 +379,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 0
         proc = run.server_proc
         if not started or proc is None:
-            run.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+            run.server_failed(config)
             return 1
         return soak(run, sweep.base_url(args), proc.pid, proc)
 

@@ -308,6 +308,9 @@ class Run:
         self.failures.append(what)
         self.note(f"# FAILED: {what}")
 
+    def server_failed(self, config: ServerConfig) -> None:
+        self.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+
     def gate_row(self, tag: str, config: str, before: Optional[dict], after: Optional[dict],
                  **extra: object) -> None:
         row = {"tag": tag, "config": config, **extra, "before": before, "after": after,
@@ -993,7 +996,7 @@ def serve_and_load(run: Run, config: ServerConfig, dataset: Path) -> None:
     run.note(f"# server {config.name}")
     with server(run, config) as started:
         if not started:
-            run.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+            run.server_failed(config)
             return
         try:
             if "closed" in args.scenarios:
@@ -1039,7 +1042,7 @@ def serve_interleaved(run: Run, configs: list[ServerConfig], dataset: Path) -> N
         for config in configs:
             run.note(f"# server {config.name} (port {config.port}), resident with the others")
             if not servers.enter_context(server(run, config)):
-                run.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+                run.server_failed(config)
                 return
         try:
             closed_loop(run, interleaved_plan(run.args, configs), dataset, "bench-session.log")
