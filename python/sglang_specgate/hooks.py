@@ -143,6 +143,25 @@ HOOKS: tuple[Hook, ...] = (
         "test_the_chunk_tail_is_a_kernel_fill_not_a_host_copy fails then, by design.",
     ),
     Hook(
+        target="sglang.srt.mem_cache.allocation.alloc_for_spec_decode",
+        kind="AROUND",
+        implementation="sglang_specgate.spec_decode_alloc:alloc_with_host_lengths",
+        why="Every EAGLE decode step, gated off or speculating, ends its KV allocation by "
+        "recording each request's allocated length from int(nxt_kv_lens_cpu[i]), a host "
+        "tensor indexed once per request: 3.1 % of the gated scheduler's time at 8B, C = 128, "
+        "gate off, work a plain server does not do.",
+        how="With one token per page, where that loop is the tensor's only reader, call the "
+        "original with the same lengths as a Python list; paged allocators get the tensor "
+        "unchanged. SGLang's AROUND rebinds eagle_utils' and dflash_info_v2's imported name. "
+        "Applies to every EAGLE server, gated or not.",
+        upstream="srt/mem_cache/allocation.py:674-724 (alloc_for_spec_decode: page_size 1 "
+        "allocates with alloc_token_slots, writes req_to_token from nxt_kv_lens, then the "
+        "per-request loop); speculative/eagle_utils.py:17 (import), :879-952 "
+        "(eagle_prepare_for_decode builds the tensor from a list).",
+        removal="When upstream records the lengths from a list: "
+        "test_sglangs_loop_indexes_the_tensor_per_request fails then, by design.",
+    ),
+    Hook(
         target="sglang.srt.managers.scheduler.Scheduler.get_internal_state",
         kind="AFTER",
         implementation="sglang_specgate.observability:add_gate_state",
