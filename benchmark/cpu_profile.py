@@ -12,6 +12,9 @@ which chunked_prefill_tail.py removes, was found
 (benchmark/results/2026-11-30-offcost-8b-2.2-one-split).
 
     python benchmark/cpu_profile.py pyspy-idle-plain-c64.txt pyspy-idle-gate-9-c64.txt --top 30
+
+``sweep.py --cpu-profile-level C`` records these files itself, one per server, with
+``record_command`` on the process ``scheduler_pid`` finds, and writes the table beside them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+import psutil
+
+# SGLang names its scheduler processes so (setproctitle, managers/scheduler.py:4859), with a
+# rank suffix under parallelism ("sglang::scheduler_TP0"); they are children of the launcher.
+SCHEDULER_TITLE = "sglang::scheduler"
 
 FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
@@ -34,6 +43,28 @@ class Shares:
 
     def percent(self, counter: Counter, function: str) -> float:
         return 100 * counter[function] / self.samples if self.samples else 0.0
+
+
+def record_command(py_spy: str, pid: int | str, out: Path) -> list[str]:
+    """py-spy sampling ``pid`` until interrupted, every thread, waits included (wall time)."""
+    return [py_spy, "record", "--threads", "--idle", "-f", "raw", "-p", str(pid), "-o", str(out)]
+
+
+def scheduler_pid(server_pid: int) -> Optional[int]:
+    """The scheduler under a launched server (the first rank's, by title), or None."""
+    try:
+        children = psutil.Process(server_pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    titled = []
+    for child in children:
+        try:
+            title = " ".join(child.cmdline())
+        except psutil.Error:  # exited since it was listed
+            continue
+        if title.startswith(SCHEDULER_TITLE):
+            titled.append((title, child.pid))
+    return min(titled)[1] if titled else None
 
 
 def function_of(frame: str) -> str:

@@ -377,7 +377,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with sweep.server(run, config) as started:
         if args.dry_run:
             return 0
-        proc = run.server_proc
+        proc = run.server_procs.get(config.name)
         if not started or proc is None:
             run.server_failed(config)
             return 1

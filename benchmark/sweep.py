@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+import cpu_profile
 import decode_log
 import find_threshold
 import kernel_profile
@@ -73,12 +74,14 @@ LEVEL_PROFILE_DELAY_S = 8.0
 # an A/B whose first level is measured compares unequally warm servers. --profile-level: the
 # profiler slows a server, a gated one more (at C = 64, 8B: plain by 9 %, the gate by 15 %;
 # benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows), so no measured level is traced.
-WARM_UP, PROFILED = "warm-up", "profiled"
+# --cpu-profile-level: py-spy stops the scheduler for every sample it takes.
+WARM_UP, PROFILED, CPU_PROFILED = "warm-up", "profiled", "cpu-profiled"
 # --interleave: the servers share the GPU, all of them together this fraction of its memory
 # (the rest is activations). SGLang makes a server's static memory --mem-fraction-static of the
 # memory free when it starts (kv_cache_configurator.py:1616-1625, resized after graph capture
 # to the same bound, kv_pool_runtime.py:53), so each later server gets a larger fraction of less.
 INTERLEAVED_MEMORY = 0.85
+CPU_PROFILE_ROWS = 60  # functions in cpu-profile-c<C>.md, by share in the last server's samples
 
 
 @dataclass(frozen=True)
@@ -286,8 +289,9 @@ class Run:
         self.logs = self.dir / "logs"
         self.work = Path(tempfile.gettempdir()) / f"specgate-sweep-{self.dir.name}"
         self.failures: list[str] = []
-        # The server that ``server()`` is running, for callers that watch it (soak.py).
-        self.server_proc: Optional[subprocess.Popen] = None
+        # The servers ``server()`` is running, by configuration name, for callers that watch
+        # them (soak.py, --cpu-profile-level).
+        self.server_procs: dict[str, subprocess.Popen] = {}
 
     def note_invocation(self, argv: list[str]) -> None:
         """When, where and how the script was started: the head of command.txt."""
@@ -374,7 +378,7 @@ def server(run: Run, config: ServerConfig) -> Iterator[bool]:
     with open(run.logs / f"server-{config.name}.log", "ab") as log:
         # A session of its own, so stopping it reaches the scheduler and detokenizer too.
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    run.server_proc = proc
+    run.server_procs[config.name] = proc
     try:
         deadline = time.monotonic() + args.server_timeout
         while not healthy(url):
@@ -384,7 +388,7 @@ def server(run: Run, config: ServerConfig) -> Iterator[bool]:
             time.sleep(2)
         yield True
     finally:
-        run.server_proc = None
+        del run.server_procs[config.name]
         stop(proc, url)
 
 
@@ -446,11 +450,12 @@ def bench_log_name(config: ServerConfig, c: int, label: Optional[str] = None) ->
 def level_plan(args: argparse.Namespace) -> list[tuple[int, Optional[str], Optional[int]]]:
     """The closed levels each server runs, in order: (C, None, rep) for a measured one, rep
     1..K with --repeat-levels K > 1, else None; (C, WARM_UP, None) before them and
-    (C, PROFILED, None) after them for the unreported ones asked for."""
+    (C, PROFILED, None), (C, CPU_PROFILED, None) after them for the unreported ones asked for."""
     reps = range(1, args.repeat_levels + 1) if args.repeat_levels > 1 else [None]
     return [*([(args.warm_up_level, WARM_UP, None)] if args.warm_up_level is not None else []),
             *((c, None, rep) for c in args.concurrency for rep in reps),
-            *([(args.profile_level, PROFILED, None)] if args.profile_level is not None else [])]
+            *([(args.profile_level, PROFILED, None)] if args.profile_level is not None else []),
+            *([(args.cpu_profile_level, CPU_PROFILED, None)] if args.cpu_profile_level is not None else [])]
 
 
 # A closed level to run: (server, C, purpose, rep), as level_plan's (C, purpose, rep).
@@ -470,6 +475,9 @@ def interleaved_plan(args: argparse.Namespace, configs: list[ServerConfig]) -> l
 def closed_loop(run: Run, plan: list[PlannedLevel], dataset: Path, session_log: str) -> None:
     if run.args.dry_run:
         for config, c, purpose, rep in plan:
+            if purpose == CPU_PROFILED:
+                run.note(f"# py-spy samples {config.name}'s scheduler during the level below: "
+                         + shlex.join(SchedulerSampling(run, config, c).command("PID")))
             run.record(level_command(run, config, c, dataset, unreported=purpose, rep=rep))
         return
     run.note("# the levels below run one after another in one client process "
@@ -479,8 +487,9 @@ def closed_loop(run: Run, plan: list[PlannedLevel], dataset: Path, session_log: 
             if purpose is None:
                 closed_level(run, config, client, c, dataset, rep)
             else:
+                wrappers = {PROFILED: LevelProfile, CPU_PROFILED: SchedulerSampling}
                 unreported_level(run, config, client, c, dataset, purpose,
-                                 LevelProfile(run, config, c) if purpose == PROFILED else None)
+                                 wrappers[purpose](run, config, c) if purpose in wrappers else None)
 
 
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
@@ -563,6 +572,51 @@ class LevelProfile:
             trace = written_trace(self.trace_dir)
         write_profile(self.run, self.config, trace, self.run.args.profile_steps, "level",
                       concurrency=self.c, trace_fields=level_prefill_intervals)
+
+
+class SchedulerSampling:
+    """``--cpu-profile-level C``: py-spy samples the server's scheduler through a whole closed
+    level at C (pyspy-<config>-c<C>.txt, raw), and cpu-profile-c<C>.md tables the servers sampled
+    so far side by side (cpu_profile.py), the latest last: where each scheduler's time went."""
+
+    def __init__(self, run: Run, config: ServerConfig, c: int) -> None:
+        self.run, self.config, self.c = run, config, c
+        self.samples = run.dir / f"pyspy-{config.name}-c{c}.txt"
+        self.log = f"py-spy-{config.name}-c{c}.log"
+        self.proc: Optional[subprocess.Popen] = None
+
+    def command(self, pid: int | str) -> list[str]:
+        return cpu_profile.record_command(self.run.args.py_spy, pid, self.samples)
+
+    def __enter__(self) -> "SchedulerSampling":
+        server = self.run.server_procs.get(self.config.name)
+        pid = cpu_profile.scheduler_pid(server.pid) if server else None
+        if pid is None:
+            self.run.fail(f"{self.config.name} CPU profile: no {cpu_profile.SCHEDULER_TITLE} "
+                          f"process under the server")
+            return self
+        cmd = self.command(pid)
+        self.run.record(cmd)
+        with open(self.run.logs / self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGINT)  # py-spy writes its samples when interrupted
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        if not self.samples.is_file():
+            self.run.fail(f"{self.config.name} CPU profile: py-spy wrote no samples (exit {code}; "
+                          f"see logs/{self.log})")
+            return
+        sampled = sorted(self.run.dir.glob(f"pyspy-*-c{self.c}.txt"), key=lambda path: path.stat().st_mtime)
+        profiles = {path.stem: cpu_profile.shares(path.read_text()) for path in sampled}
+        (self.run.dir / f"cpu-profile-c{self.c}.md").write_text(cpu_profile.table(profiles, CPU_PROFILE_ROWS))
 
 
 def level_prefill_intervals(trace: dict) -> dict:
@@ -907,6 +961,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         f"{LEVEL_PROFILE_DELAY_S:g} s into it: prefills and decode steps as the "
                         f"load mixes them (profile-level-*.json, with what each prefill cost the "
                         f"decoding requests); the profiled level's own figures are not reported")
+    p.add_argument("--cpu-profile-level", type=int, metavar="C",
+                   help="after each server's measured levels, run its closed level at concurrency "
+                        "C once more with py-spy sampling its scheduler throughout "
+                        "(pyspy-*-c<C>.txt, and cpu-profile-c<C>.md: each server's time by "
+                        "function, waits on the GPU included); py-spy must be on PATH (pip "
+                        "install py-spy) with the right to trace the server (root, or "
+                        "ptrace_scope 0); the level's own figures are not reported")
     p.add_argument("--warm-up-level", type=int, metavar="C",
                    help="before each server's measured levels, run its closed level at "
                         "concurrency C once, unreported: a server's first level runs slower "
@@ -952,10 +1013,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.output_len_spread and not args.output_len:
         p.error("--output-len-spread spreads lengths around --output-len: give it a length, not 0")
     for flag, level, what in (("--profile-level", args.profile_level, "profiles"),
+                              ("--cpu-profile-level", args.cpu_profile_level, "samples"),
                               ("--warm-up-level", args.warm_up_level, "repeats")):
         if level is not None and ("closed" not in args.scenarios or level not in args.concurrency):
             p.error(f"{flag} {level} {what} a closed-loop level: give one of "
                     f"--concurrency {','.join(map(str, args.concurrency))} with --scenarios closed")
+    args.py_spy = shutil.which("py-spy")
+    if args.cpu_profile_level is not None and not args.dry_run and args.py_spy is None:
+        p.error("--cpu-profile-level samples each scheduler with py-spy, which is not on PATH: "
+                "pip install py-spy, or drop --cpu-profile-level")
+    args.py_spy = args.py_spy or "py-spy"  # a dry run prints the command all the same
     if args.profile_prefill and not args.profile_concurrency:
         p.error("--profile-prefill profiles a wave of --profile-concurrency requests: give both")
     if args.configs != ["plain"] and not args.draft_model_path:

@@ -1,0 +1,178 @@
+"""sweep.py --cpu-profile-level: py-spy on each server's scheduler through one more closed level.
+
+Real processes stand in for what needs a GPU: a "launcher" whose children take the titles
+SGLang's processes take (setproctitle, as managers/scheduler.py:4859 does), and a stand-in
+``py-spy`` on PATH that records which PID it was given and writes raw samples when interrupted,
+as py-spy does (the real one needs ptrace rights and a Python process to trace).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmark"
+sys.path.insert(0, str(BENCH))
+
+import cpu_profile  # noqa: E402
+import sweep  # noqa: E402
+
+LAUNCHER = """
+import multiprocessing, sys, time
+import setproctitle
+
+def child(title):
+    setproctitle.setproctitle(title)
+    time.sleep(600)
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")  # as SGLang starts its scheduler
+    titles = ["sglang::detokenizer", "sglang::scheduler_TP1", "sglang::scheduler_TP0"]
+    procs = [multiprocessing.Process(target=child, args=(t,)) for t in titles]
+    for p in procs:
+        p.start()
+    print(*(p.pid for p in procs), flush=True)
+    time.sleep(600)
+"""
+
+# Writes the PID it sampled into the raw samples, so the test sees which process it was given.
+PY_SPY = """#!{python}
+import signal, sys, time
+from pathlib import Path
+argv = sys.argv
+out, pid = Path(argv[argv.index("-o") + 1]), argv[argv.index("-p") + 1]
+def interrupted(*_):
+    if {writes}:
+        out.write_text(f"thread (7): MainThread;event_loop (scheduler.py:1700);run_batch (pid{{pid}}.py:1) 3\\n"
+                       f"thread (7): MainThread;event_loop (scheduler.py:1700) 1\\n")
+    sys.exit(0)
+signal.signal(signal.SIGINT, interrupted)
+Path(str(out) + ".ready").touch()
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def launcher(tmp_path):
+    """A stand-in server process with its children titled; yields (process, [detok, TP1, TP0] PIDs)."""
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        deadline = time.monotonic() + 30
+        while cpu_profile.scheduler_pid(proc.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the children set their titles after they start
+        yield proc, pids
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def stand_in_py_spy(bin_dir: Path, writes: bool = True) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "py-spy"
+    script.write_text(PY_SPY.format(python=sys.executable, writes=writes))
+    script.chmod(0o755)
+
+
+def sampling_run(tmp_path: Path, monkeypatch, writes: bool = True) -> sweep.Run:
+    stand_in_py_spy(tmp_path / "bin", writes)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    run = sweep.Run(sweep.parse_args(["--model-path", "/m/target", "--configs", "plain",
+                                      "--concurrency", "16", "--scenarios", "closed",
+                                      "--cpu-profile-level", "16", "--run-dir", str(tmp_path / "run")]))
+    run.logs.mkdir(parents=True)
+    return run
+
+
+def level(sampling: sweep.SchedulerSampling) -> None:
+    """The closed level the sampling wraps: it lasts until the stand-in py-spy is listening."""
+    ready = Path(str(sampling.samples) + ".ready")
+    deadline = time.monotonic() + 30
+    while sampling.proc is not None and not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_the_scheduler_is_the_first_ranks_scheduler_under_the_server(launcher) -> None:
+    proc, (detokenizer, tp1, tp0) = launcher
+    assert cpu_profile.scheduler_pid(proc.pid) == tp0
+    assert cpu_profile.scheduler_pid(tp0) is None  # no scheduler under a scheduler
+    assert cpu_profile.scheduler_pid(2**22 + 12345) is None  # no such process
+
+
+def test_a_cpu_profiled_level_samples_its_servers_scheduler_and_tables_it(tmp_path, monkeypatch, launcher) -> None:
+    proc, (_, _, tp0) = launcher
+    run = sampling_run(tmp_path, monkeypatch)
+    config = sweep.ServerConfig("plain", ())
+    run.server_procs[config.name] = proc
+    with sweep.SchedulerSampling(run, config, 16) as sampling:
+        level(sampling)
+    assert run.failures == []
+    assert f"run_batch (pid{tp0}.py:1) 3" in (run.dir / "pyspy-plain-c16.txt").read_text()
+    table = (run.dir / "cpu-profile-c16.md").read_text()
+    assert f"| `run_batch (pid{tp0}.py)` | 75.0 / 75.0 |" in table
+    assert "pyspy-plain-c16: 4 samples" in table
+    command = (run.dir / "command.txt").read_text()
+    assert f"py-spy record --threads --idle -f raw -p {tp0} -o {run.dir / 'pyspy-plain-c16.txt'}" in command
+
+
+def test_a_server_without_a_scheduler_fails_the_sweep_and_samples_nothing(tmp_path, monkeypatch) -> None:
+    run = sampling_run(tmp_path, monkeypatch)
+    with sweep.SchedulerSampling(run, sweep.ServerConfig("plain", ()), 16) as sampling:
+        assert sampling.proc is None
+    assert run.failures == ["plain CPU profile: no sglang::scheduler process under the server"]
+
+
+def test_a_py_spy_that_wrote_nothing_fails_the_sweep(tmp_path, monkeypatch, launcher) -> None:
+    run = sampling_run(tmp_path, monkeypatch, writes=False)
+    run.server_procs["plain"] = launcher[0]
+    with sweep.SchedulerSampling(run, sweep.ServerConfig("plain", ()), 16) as sampling:
+        level(sampling)
+    assert run.failures == ["plain CPU profile: py-spy wrote no samples (exit 0; see logs/py-spy-plain-c16.log)"]
+
+
+def test_without_py_spy_on_path_the_flag_names_the_fix(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    argv = ["--model-path", "/m/target", "--configs", "plain", "--concurrency", "16",
+            "--scenarios", "closed", "--cpu-profile-level", "16"]
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert ("--cpu-profile-level samples each scheduler with py-spy, which is not on PATH: "
+            "pip install py-spy" in capsys.readouterr().err)
+    assert sweep.parse_args([*argv, "--dry-run"]).py_spy == "py-spy"  # a dry run prints it anyway
+
+
+def test_the_level_must_be_a_closed_level_of_the_sweep(tmp_path, monkeypatch, capsys) -> None:
+    stand_in_py_spy(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    with pytest.raises(SystemExit):
+        sweep.parse_args(["--model-path", "/m/target", "--configs", "plain", "--concurrency", "16,32",
+                          "--scenarios", "closed", "--cpu-profile-level", "8"])
+    assert ("--cpu-profile-level 8 samples a closed-loop level: give one of --concurrency 16,32"
+            in capsys.readouterr().err)
+
+
+def test_interleaved_servers_each_get_a_sampled_level_after_the_measured_ones(tmp_path, capsys) -> None:
+    sweep.main(["--model-path", "/m/target", "--draft-model-path", "/m/draft", "--run-dir",
+                str(tmp_path / "run"), "--interleave", "--configs", "gate,plain", "--thresholds", "9",
+                "--scenarios", "closed", "--concurrency", "128", "--repeat-levels", "2",
+                "--cpu-profile-level", "128", "--dry-run"])
+    out = capsys.readouterr().out.splitlines()
+    tags = [line.split("--tag ")[1].split()[0] for line in out if "sglang.benchmark.serving" in line]
+    assert tags == ["gate-9,c=128,rep=1", "plain,c=128,rep=1", "plain,c=128,rep=2",
+                    "gate-9,c=128,rep=2", "gate-9,c=128,cpu-profiled", "plain,c=128,cpu-profiled"]
+    sampled = [line for line in out if line.startswith("# py-spy samples")]
+    assert [line.split("-o ")[1] for line in sampled] == [
+        str(tmp_path / "run" / "pyspy-gate-9-c128.txt"), str(tmp_path / "run" / "pyspy-plain-c128.txt")]
+    bench = [line for line in out if "cpu-profiled" in line and "sglang.benchmark.serving" in line]
+    assert all(str(tmp_path / "run" / "raw.jsonl") not in line for line in bench)
