@@ -914,8 +914,11 @@ def why_not_interleaved(args: argparse.Namespace, server_flags: list[str]) -> Op
         return "it runs servers side by side: give --configs two or more, e.g. gate,plain"
     if args.scenarios != ["closed"]:
         return "closed levels only: give --scenarios closed"
-    if args.profile_level is not None or args.profile_concurrency or args.profile_prefill:
-        return "profiles run one server at a time: drop --profile-level/--profile-concurrency/--profile-prefill"
+    if args.profile_concurrency or args.profile_prefill:
+        # Those run after a server's closed levels, outside them; --profile-level and
+        # --cpu-profile-level are closed levels, taking their turn like the others.
+        return ("--profile-concurrency/--profile-prefill profile one server at a time: drop them, "
+                "or profile a level with --profile-level C")
     if any(flag.split("=")[0] == "--mem-fraction-static" for flag in server_flags):
         return "it splits the GPU's memory between the servers itself: drop --mem-fraction-static"
     return None

@@ -854,7 +854,8 @@ def test_interleaved_servers_split_the_gpu_memory_and_take_turns_per_pair(
     (["--configs", "gate", "--thresholds", "9"], "give --configs two or more"),
     (["--configs", "gate,plain"], "--thresholds auto needs plain and spec measured before the gates"),
     ([*INTERLEAVED, "--scenarios", "closed,bursty"], "closed levels only"),
-    ([*INTERLEAVED, "--profile-level", "128"], "profiles run one server at a time"),
+    ([*INTERLEAVED, "--profile-concurrency", "16"], "profile one server at a time: drop them, "
+                                                    "or profile a level with --profile-level C"),
     ([*INTERLEAVED, "--", "--mem-fraction-static=0.5"], "drop --mem-fraction-static"),
 ])
 def test_interleave_names_what_it_cannot_run(tmp_path: Path, capsys, extra, advice) -> None:

@@ -162,15 +162,16 @@ def test_the_level_must_be_a_closed_level_of_the_sweep(tmp_path, monkeypatch, ca
             in capsys.readouterr().err)
 
 
-def test_interleaved_servers_each_get_a_sampled_level_after_the_measured_ones(tmp_path, capsys) -> None:
+def test_interleaved_servers_each_get_their_profiled_levels_after_the_measured_ones(tmp_path, capsys) -> None:
     sweep.main(["--model-path", "/m/target", "--draft-model-path", "/m/draft", "--run-dir",
                 str(tmp_path / "run"), "--interleave", "--configs", "gate,plain", "--thresholds", "9",
                 "--scenarios", "closed", "--concurrency", "128", "--repeat-levels", "2",
-                "--cpu-profile-level", "128", "--dry-run"])
+                "--profile-level", "128", "--cpu-profile-level", "128", "--dry-run"])
     out = capsys.readouterr().out.splitlines()
     tags = [line.split("--tag ")[1].split()[0] for line in out if "sglang.benchmark.serving" in line]
     assert tags == ["gate-9,c=128,rep=1", "plain,c=128,rep=1", "plain,c=128,rep=2",
-                    "gate-9,c=128,rep=2", "gate-9,c=128,cpu-profiled", "plain,c=128,cpu-profiled"]
+                    "gate-9,c=128,rep=2", "gate-9,c=128,profiled", "plain,c=128,profiled",
+                    "gate-9,c=128,cpu-profiled", "plain,c=128,cpu-profiled"]
     sampled = [line for line in out if line.startswith("# py-spy samples")]
     assert [line.split("-o ")[1] for line in sampled] == [
         str(tmp_path / "run" / "pyspy-gate-9-c128.txt"), str(tmp_path / "run" / "pyspy-plain-c128.txt")]
