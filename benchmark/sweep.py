@@ -487,9 +487,9 @@ def closed_loop(run: Run, plan: list[PlannedLevel], dataset: Path, session_log: 
             if purpose is None:
                 closed_level(run, config, client, c, dataset, rep)
             else:
-                wrappers = {PROFILED: LevelProfile, CPU_PROFILED: SchedulerSampling}
+                around = LEVEL_WRAPPERS.get(purpose)
                 unreported_level(run, config, client, c, dataset, purpose,
-                                 wrappers[purpose](run, config, c) if purpose in wrappers else None)
+                                 around(run, config, c) if around else None)
 
 
 def closed_level(run: Run, config: ServerConfig, client: serving_session.Session, c: int,
@@ -617,6 +617,10 @@ class SchedulerSampling:
         sampled = sorted(self.run.dir.glob(f"pyspy-*-c{self.c}.txt"), key=lambda path: path.stat().st_mtime)
         profiles = {path.stem: cpu_profile.shares(path.read_text()) for path in sampled}
         (self.run.dir / f"cpu-profile-c{self.c}.md").write_text(cpu_profile.table(profiles, CPU_PROFILE_ROWS))
+
+
+# What runs around an unreported level, by its purpose (WARM_UP has nothing around it).
+LEVEL_WRAPPERS = {PROFILED: LevelProfile, CPU_PROFILED: SchedulerSampling}
 
 
 def level_prefill_intervals(trace: dict) -> dict:
