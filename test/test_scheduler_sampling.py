@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmark"
@@ -59,6 +60,10 @@ while True:
 """
 
 
+def titled(pid: int) -> bool:
+    return " ".join(psutil.Process(pid).cmdline()).startswith("sglang::")
+
+
 @pytest.fixture
 def launcher(tmp_path):
     """A stand-in server process with its children titled; yields (process, [detok, TP1, TP0] PIDs)."""
@@ -69,24 +74,27 @@ def launcher(tmp_path):
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
         deadline = time.monotonic() + 30
-        while cpu_profile.scheduler_pid(proc.pid) is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # the children set their titles after they start
+        # The children set their titles after they start, each in its own time: wait for all.
+        while not all(titled(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
         yield proc, pids
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
-def stand_in_py_spy(bin_dir: Path, writes: bool = True) -> None:
+def stand_in_py_spy(tmp_path: Path, monkeypatch, writes: bool = True) -> None:
+    """The stand-in ``py-spy`` first on PATH."""
+    bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     script = bin_dir / "py-spy"
     script.write_text(PY_SPY.format(python=sys.executable, writes=writes))
     script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 
 
 def sampling_run(tmp_path: Path, monkeypatch, writes: bool = True) -> sweep.Run:
-    stand_in_py_spy(tmp_path / "bin", writes)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    stand_in_py_spy(tmp_path, monkeypatch, writes)
     run = sweep.Run(sweep.parse_args(["--model-path", "/m/target", "--configs", "plain",
                                       "--concurrency", "16", "--scenarios", "closed",
                                       "--cpu-profile-level", "16", "--run-dir", str(tmp_path / "run")]))
@@ -153,8 +161,7 @@ def test_without_py_spy_on_path_the_flag_names_the_fix(tmp_path, monkeypatch, ca
 
 
 def test_the_level_must_be_a_closed_level_of_the_sweep(tmp_path, monkeypatch, capsys) -> None:
-    stand_in_py_spy(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    stand_in_py_spy(tmp_path, monkeypatch)
     with pytest.raises(SystemExit):
         sweep.parse_args(["--model-path", "/m/target", "--configs", "plain", "--concurrency", "16,32",
                           "--scenarios", "closed", "--cpu-profile-level", "8"])
