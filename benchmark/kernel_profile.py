@@ -8,6 +8,8 @@ or ``profile-prefill-<config>.json``: kernels summed by name and family, GPU bus
 cost; meaningless for a wave, whose span includes the client's start), and after which kernels
 the GPU sat idle. ``prefill_intervals`` takes a trace of mixed steps apart instead: what each
 prefill between two decode steps cost the decoding requests, and how much of that the GPU was busy.
+With ``--profile-host`` the trace holds the host too, and ``idle_causes`` says for each pause of
+the GPU what the host was doing: held by a wait on the GPU, or late.
 
     python benchmark/kernel_profile.py trace-plain/*.trace.json.gz trace-gate-9/*.trace.json.gz
 """
@@ -15,6 +17,7 @@ prefill between two decode steps cost the decoding requests, and how much of tha
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
 import statistics
@@ -59,10 +62,104 @@ def idle_after(kernels: list[dict], steps: int) -> list[dict]:
             for name, ms in idle_ms.most_common(IDLE_TOP)]
 
 
+# Host calls that return only when the GPU got somewhere: a sync, or a copy that waits for its
+# stream. Shorter than IDLE_GAP_US, one did not wait.
+HOST_WAIT_NAMES = ("Synchronize", "cudaMemcpy", "cuMemcpy")
+HOST_CALLS = ("cuda_runtime", "cuda_driver")
+# Innermost spans searched backwards from an instant; a step has far fewer on one thread.
+SPAN_SEARCH = 4000
+IDLE_CAUSES_TOP = 12
+
+
+def events_of(trace) -> list[dict]:
+    return trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+
+
+def gpu_work(events: list[dict]) -> list[dict]:
+    """Kernels, copies and memsets, by start time: what keeps the GPU busy."""
+    return sorted((e for e in events if e.get("ph") == "X" and "dur" in e
+                   and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+
+
+class HostSpans:
+    """One host thread's spans of one category, to name the innermost one around an instant."""
+
+    def __init__(self, spans: list[dict]) -> None:
+        self.spans = sorted(spans, key=lambda e: e["ts"])
+        self.starts = [e["ts"] for e in self.spans]
+
+    def open_at(self, t: float):
+        """Names of the spans open at ``t``, innermost first."""
+        last = bisect.bisect_right(self.starts, t) - 1  # the latest span started by t
+        for i in range(last, max(last - SPAN_SEARCH, -1), -1):
+            if self.spans[i]["ts"] + self.spans[i]["dur"] >= t:
+                yield self.spans[i]["name"]
+
+
+def idle_causes(trace, steps: int) -> dict:
+    """What the host was doing while the GPU sat idle, from a trace with CPU activity.
+
+    Each pause in the GPU's work (longer than IDLE_GAP_US) ends with work some host call
+    launched (the runtime or driver call of the same correlation id). If a host wait (a sync,
+    a blocking copy) on that thread returned inside the pause, the host had been held until the
+    GPU was nearly done, then spent the rest of the pause getting the next work out: "waited",
+    named by the wait's scheduler span and op. Otherwise the host was simply late: "late", named
+    by the span and op that launched. Per step: ms of pause and pauses, by cause and place."""
+    events = events_of(trace)
+    work = gpu_work(events)
+    calls = [e for e in events if e.get("cat") in HOST_CALLS and "dur" in e]
+    launch_of = {e["args"]["correlation"]: e for e in calls if "correlation" in e.get("args", {})}
+    waits: dict = {}
+    for e in calls:
+        if e["dur"] >= IDLE_GAP_US and any(n in e["name"] for n in HOST_WAIT_NAMES):
+            waits.setdefault(e["tid"], []).append(e)
+    wait_ends = {tid: sorted(w, key=lambda e: e["ts"] + e["dur"]) for tid, w in waits.items()}
+
+    def spans(cat: str) -> dict:
+        by_tid: dict = {}
+        for e in events:
+            if e.get("cat") == cat and e.get("ph") == "X" and "dur" in e:
+                by_tid.setdefault(e["tid"], []).append(e)
+        return {tid: HostSpans(s) for tid, s in by_tid.items()}
+
+    annotations, ops = spans("user_annotation"), spans("cpu_op")
+
+    def where(tid, t: float) -> str:
+        phases = list(annotations[tid].open_at(t))[::-1] if tid in annotations else []
+        op = next(ops[tid].open_at(t), None) if tid in ops else None
+        return " > ".join(phases + ([op] if op else [])) or "(no span)"
+
+    idle_ms: Counter = Counter()
+    pauses: Counter = Counter()
+    end = None
+    for e in work:
+        if end is not None and e["ts"] - end > IDLE_GAP_US:
+            launch = launch_of.get(e.get("args", {}).get("correlation"))
+            if launch is None:
+                key = ("unknown", "(no launching call in the trace)")
+            else:
+                tid = launch["tid"]
+                held = [w for w in wait_ends.get(tid, ())
+                        if end < w["ts"] + w["dur"] <= launch["ts"]]
+                key = (("waited", f"{where(tid, held[-1]['ts'])} > {held[-1]['name']}") if held
+                       else ("late", where(tid, launch["ts"])))
+            idle_ms[key] += (e["ts"] - end) / 1e3
+            pauses[key] += 1
+        end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
+    by_cause: Counter = Counter()
+    for (cause, _), ms in idle_ms.items():
+        by_cause[cause] += ms
+    return {
+        "idle_ms_per_step_by_cause": {cause: ms / steps for cause, ms in by_cause.most_common()},
+        "idle_causes": [{"cause": cause, "where": place, "ms_per_step": ms / steps,
+                         "pauses_per_step": pauses[(cause, place)] / steps}
+                        for (cause, place), ms in idle_ms.most_common(IDLE_CAUSES_TOP)],
+    }
+
+
 def summarize_trace(trace: dict, steps: int) -> dict:
     """Per-kernel GPU time (ms) of a Chrome trace as written by the torch profiler."""
-    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
-    kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    kernels = [e for e in events_of(trace) if e.get("cat") == "kernel" and "dur" in e]
     if not kernels:
         raise ValueError("the trace holds no GPU kernels")
     by_name: Counter = Counter()
@@ -105,9 +202,7 @@ def prefill_intervals(trace: dict) -> list[dict]:
     first), and the GPU time busy in between. A prefill is a run of extend-attention kernels with
     no decode attention among them. Where GPU busy falls short of the interval, the GPU waited on
     the CPU: an eager prefill launches every kernel from Python."""
-    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
-    work = sorted((e for e in events if e.get("ph") == "X" and "dur" in e
-                   and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    work = gpu_work(events_of(trace))
     decode = [i for i, e in enumerate(work) if e["name"] == DECODE_ATTENTION]
     intervals = []
     for before, after in zip(decode, decode[1:]):

@@ -331,6 +331,24 @@ def profile_table(profiles: dict[str, dict], unit: str, with_busy: bool) -> str:
                      *([f"longest idle, after (ms/{unit})"] if with_busy else [])], rows)
 
 
+IDLE_CAUSE_ROWS = 6  # per configuration; the profile JSON keeps kernel_profile.IDLE_CAUSES_TOP
+
+
+def idle_causes_table(profiles: dict[str, dict]) -> Optional[str]:
+    """With --profile-host: per configuration, its GPU's pauses by what the host was doing."""
+    rows = []
+    for name, p in profiles.items():
+        if "idle_causes" not in p:
+            continue
+        totals = ", ".join(f"{cause} {fmt(ms, 3)}" for cause, ms in p["idle_ms_per_step_by_cause"].items())
+        rows.append([name, "all", totals or "–", "", ""])
+        rows += [[name, c["cause"], f"`{c['where']}`", fmt(c["ms_per_step"], 3), fmt(c["pauses_per_step"], 2)]
+                 for c in p["idle_causes"][:IDLE_CAUSE_ROWS]]
+    if not rows:
+        return None
+    return md_table(["config", "cause", "host span > op (> wait)", "idle ms/step", "pauses/step"], rows)
+
+
 def prefill_interval_table(profiles: dict[str, dict]) -> str:
     plain = (profiles.get("plain") or {}).get("prefill_intervals")
     rows = []
@@ -408,6 +426,13 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "it cost the decoding requests; GPU busy: the kernel time in it, the rest the "
                   "GPU waited on the CPU (`kernel_profile.prefill_intervals`). Kernels in "
                   "`profile-level-<config>.json`."]
+        causes = idle_causes_table(res.profiles["level"])
+        if causes:
+            parts += ["What the host was doing while the GPU paused (`--profile-host`, "
+                      "`kernel_profile.idle_causes`): waited, it had been held by a wait on the "
+                      "GPU (named) that returned inside the pause, then launched; late, no wait "
+                      "held it, it launched late from the span named. The host recording slows "
+                      "the host: these pauses are longer than in an unrecorded level.", causes]
     if "prefill" in res.profiles:
         parts += ["## Prefill wave profile (`--profile-prefill`)",
                   profile_table(res.profiles["prefill"], "wave", with_busy=False),

@@ -545,7 +545,8 @@ class LevelProfile:
 
     def _start(self) -> None:
         try:
-            start_profile(base_url(self.run.args, self.config), self.trace_dir, self.run.args.profile_steps)
+            start_profile(base_url(self.run.args, self.config), self.trace_dir, self.run.args.profile_steps,
+                          host=self.run.args.profile_host)
         except OSError as e:  # URLError, HTTPError, a timeout: said in __exit__, not as a thread's traceback
             self.refused = e
             return
@@ -654,10 +655,13 @@ def wait_for(condition, load: Optional[subprocess.Popen] = None,
     return True
 
 
-def start_profile(url: str, trace_dir: Path, num_steps: Optional[int] = None) -> None:
-    """GPU activity only; without ``num_steps`` until ``/stop_profile``. Answers in plain text."""
+def start_profile(url: str, trace_dir: Path, num_steps: Optional[int] = None, host: bool = False) -> None:
+    """GPU activity, and with ``host`` CPU activity without Python stacks (SGLang records them by
+    default: far more host overhead); without ``num_steps`` until ``/stop_profile``. Answers in
+    plain text."""
     trace_dir.mkdir(parents=True, exist_ok=True)
-    request = {"output_dir": str(trace_dir), "activities": ["GPU"]}
+    request = {"output_dir": str(trace_dir), "activities": ["CPU", "GPU"] if host else ["GPU"],
+               "with_stack": False, "record_shapes": False}
     if num_steps is not None:
         request["num_steps"] = num_steps
     http_request(url + "/start_profile", request, timeout=60)
@@ -688,6 +692,8 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
     summary.update(config=config.name, phase=phase,
                    concurrency=concurrency or run.args.profile_concurrency,
                    **trace_fields(events), **fields)
+    if run.args.profile_host:
+        summary.update(kernel_profile.idle_causes(events, steps))
     stem = "profile" if phase == "decode" else f"profile-{phase}"
     (run.dir / f"{stem}-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(kernel_profile.summary_line(summary), flush=True)
@@ -723,7 +729,7 @@ def profile_decode(run: Run, config: ServerConfig, dataset: Path) -> None:
         if not wait_for(lambda: last_gen_throughput(url) != logged, load):
             run.fail(f"{config.name} profile: the load never reached decode")
             return
-        start_profile(url, trace_dir, args.profile_steps)
+        start_profile(url, trace_dir, args.profile_steps, host=args.profile_host)
         trace = written_trace(trace_dir, load)
     finally:
         load.terminate()
@@ -742,7 +748,7 @@ def profile_prefill(run: Run, config: ServerConfig, dataset: Path) -> None:
     if args.dry_run:
         run.record(cmd)
         return
-    start_profile(url, trace_dir)
+    start_profile(url, trace_dir, host=args.profile_host)
     try:
         run_bench(run, cmd, f"bench-{config.name}-profile-prefill.log").wait()
     finally:
@@ -968,6 +974,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         f"{LEVEL_PROFILE_DELAY_S:g} s into it: prefills and decode steps as the "
                         f"load mixes them (profile-level-*.json, with what each prefill cost the "
                         f"decoding requests); the profiled level's own figures are not reported")
+    p.add_argument("--profile-host", action="store_true",
+                   help="record the host in every profile too (CPU activity: ops, CUDA calls, "
+                        "SGLang's scheduler spans) and say, for each pause of the GPU, what the "
+                        "host was doing: held by a wait on the GPU, or late "
+                        "(kernel_profile.idle_causes); recording slows the host, so these "
+                        "profiles' busy figures read lower than GPU-only ones")
     p.add_argument("--cpu-profile-level", type=int, metavar="C",
                    help="after each server's measured levels, run its closed level at concurrency "
                         "C once more with py-spy sampling its scheduler throughout "
@@ -1030,6 +1042,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--cpu-profile-level samples each scheduler with py-spy, which is not on PATH: "
                 "pip install py-spy, or drop --cpu-profile-level")
     args.py_spy = args.py_spy or "py-spy"  # a dry run prints the command all the same
+    if args.profile_host and args.profile_level is None and not args.profile_concurrency:
+        p.error("--profile-host records the host in profiles: give --profile-level or "
+                "--profile-concurrency too")
     if args.profile_prefill and not args.profile_concurrency:
         p.error("--profile-prefill profiles a wave of --profile-concurrency requests: give both")
     if args.configs != ["plain"] and not args.draft_model_path:

@@ -17,6 +17,7 @@ import statistics
 import sys
 import urllib.error
 from contextlib import contextmanager
+from typing import Callable
 from pathlib import Path
 
 import pytest
@@ -751,6 +752,50 @@ def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_pat
         kernel_profile.prefill_interval_summary({"traceEvents": trace["traceEvents"][:3]})
 
 
+def host(cat: str, name: str, ts: float, dur: float, correlation: int | None = None) -> dict:
+    """A host-side event of a trace with CPU activity, on the scheduler's thread."""
+    event = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+    return event | ({"args": {"correlation": correlation}} if correlation is not None else {})
+
+
+def launched(name: str, ts: float, dur: float, correlation: int) -> dict:
+    return kernel(name, ts, dur) | {"args": {"correlation": correlation}}
+
+
+def host_and_gpu_trace() -> dict:
+    """Two pauses of the GPU: one the host spent held by a sync, one it launched late in."""
+    return {"traceEvents": [
+        host("user_annotation", "scheduler.run_batch", 0, 550),
+        host("cuda_runtime", "cudaLaunchKernel", 5, 5, correlation=1),
+        launched("verify", 10, 270, correlation=1),
+        host("cpu_op", "aten::copy_", 100, 200),
+        host("cuda_runtime", "cudaStreamSynchronize", 100, 190),  # returns at 290, 10 us into the pause
+        host("cuda_runtime", "cudaEventSynchronize", 320, 2),  # too short to have waited
+        host("cpu_op", "aten::add", 390, 20),
+        host("cuda_runtime", "cudaLaunchKernel", 400, 5, correlation=2),
+        launched("add", 450, 50, correlation=2),  # the pause 280-450 ends here
+        host("user_annotation", "scheduler.process_batch_result", 600, 300),
+        host("cpu_op", "aten::index", 690, 20),
+        host("cuda_driver", "cuLaunchKernel", 700, 5, correlation=3),
+        launched("index", 800, 50, correlation=3),  # the pause 500-800: nothing held the host
+        launched("graph_node", 852, 10, correlation=99),  # 2 us apart: no pause
+        launched("orphan", 900, 10, correlation=98),  # launched before the trace began
+    ]}
+
+
+def test_idle_causes_tell_a_host_held_by_a_wait_from_a_late_one() -> None:
+    causes = kernel_profile.idle_causes(host_and_gpu_trace(), steps=2)
+    assert causes["idle_ms_per_step_by_cause"] == pytest.approx({"late": 0.15, "waited": 0.085, "unknown": 0.019})
+    assert causes["idle_causes"] == [
+        {"cause": "late", "where": "scheduler.process_batch_result > aten::index",
+         "ms_per_step": pytest.approx(0.15), "pauses_per_step": 0.5},
+        {"cause": "waited", "where": "scheduler.run_batch > aten::copy_ > cudaStreamSynchronize",
+         "ms_per_step": pytest.approx(0.085), "pauses_per_step": 0.5},
+        {"cause": "unknown", "where": "(no launching call in the trace)",
+         "ms_per_step": pytest.approx(0.019), "pauses_per_step": 0.5},
+    ]
+
+
 def mixed_steps_trace() -> dict:
     """Decode, prefill (its GPU busy 0.5 of its 2 ms interval), decode."""
     decode, extend = kernel_profile.DECODE_ATTENTION, kernel_profile.EXTEND_ATTENTION
@@ -918,20 +963,21 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
     assert asked == ["http://127.0.0.1:30000"] * 2 + ["http://127.0.0.1:30001"] * 4 + ["http://127.0.0.1:30000"] * 2
 
 
-def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool) -> "sweep.Run":
-    """A sweep whose server is a stand-in: /start_profile writes a trace of mixed steps when
+def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags: str,
+                      trace: Callable[[], dict] = mixed_steps_trace) -> "sweep.Run":
+    """A sweep whose server is a stand-in: /start_profile writes ``trace`` when
     ``profiler_writes``, else only once /stop_profile comes; the real LevelProfile around it."""
-    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--profile-level", "16")))
+    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--profile-level", "16", *flags)))
     run.dir.mkdir(parents=True)
     shutil.rmtree(run.work, ignore_errors=True)  # as main() does: named after the run, not the test
     requests = []
 
     def write_trace(trace_dir: Path) -> None:
         with gzip.open(trace_dir / "x.trace.json.gz", "wt") as f:
-            json.dump(mixed_steps_trace(), f)
+            json.dump(trace(), f)
 
-    def start_profile(url, trace_dir, num_steps=None):
-        requests.append(("start", num_steps))
+    def start_profile(url, trace_dir, num_steps=None, host=False):
+        requests.append(("start", num_steps) + (("host",) if host else ()))
         trace_dir.mkdir(parents=True, exist_ok=True)
         if profiler_writes:
             write_trace(trace_dir)
@@ -971,6 +1017,39 @@ def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, 
                                             "median_gpu_busy_ms": 0.5}
 
 
+def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path, monkeypatch) -> None:
+    def trace() -> dict:  # the host's trace after the mixed steps
+        later = [e | {"ts": e["ts"] + 10_000} for e in host_and_gpu_trace()["traceEvents"]]
+        return {"traceEvents": mixed_steps_trace()["traceEvents"] + later}
+
+    run = level_profile_run(tmp_path, monkeypatch, True, "--profile-host", trace=trace)
+    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+        while not run.requests:
+            pass
+    assert run.requests == [("start", 20, "host")] and not run.failures
+    summary = json.loads((run.dir / "profile-level-plain.json").read_text())
+    assert {c["where"] for c in summary["idle_causes"]} >= {
+        "scheduler.process_batch_result > aten::index",
+        "scheduler.run_batch > aten::copy_ > cudaStreamSynchronize"}
+    assert set(summary["idle_ms_per_step_by_cause"]) == {"late", "waited", "unknown"}
+    assert summary["prefill_intervals"]["prefills"] == 1  # the rest of the summary as without
+
+
+def test_start_profile_asks_for_the_host_only_when_told(tmp_path: Path, monkeypatch) -> None:
+    asked = []
+    monkeypatch.setattr(sweep, "http_request", lambda url, payload=None, timeout=30: asked.append(payload))
+    sweep.start_profile("http://x", tmp_path / "a", 20)
+    sweep.start_profile("http://x", tmp_path / "b", host=True)
+    assert [(a["activities"], a.get("num_steps"), a["with_stack"]) for a in asked] == [
+        (["GPU"], 20, False), (["CPU", "GPU"], None, False)]
+
+
+def test_profile_host_needs_a_profile_to_record(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        sweep.parse_args(sweep_args(tmp_path, "--profile-host"))
+    assert "--profile-host records the host in profiles: give --profile-level or --profile-concurrency" in capsys.readouterr().err
+
+
 def test_a_level_shorter_than_the_profile_delay_fails_the_sweep(tmp_path: Path, monkeypatch) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes=True)
     monkeypatch.setattr(sweep, "LEVEL_PROFILE_DELAY_S", 60.0)
@@ -982,7 +1061,7 @@ def test_a_level_shorter_than_the_profile_delay_fails_the_sweep(tmp_path: Path, 
 def test_a_server_that_refuses_to_profile_fails_the_sweep_with_its_answer(tmp_path: Path, monkeypatch) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes=True)
 
-    def refuse(url, trace_dir, num_steps=None):
+    def refuse(url, trace_dir, num_steps=None, host=False):
         run.requests.append("start")
         raise urllib.error.HTTPError(url, 400, "Bad Request", None, None)
 
@@ -1025,6 +1104,19 @@ def test_report_shows_what_each_prefill_of_a_loaded_level_cost(run_dir: Path) ->
     level = text[text.index("## Loaded level profile"):]
     assert "| plain | 1 | 2.0 | 1.00 | 0.5 |" in level
     assert "| gate-4 | 1 | 2.0 | 1.00 | 0.6 |" in level
+    assert "What the host was doing" not in level  # profiled without --profile-host
+
+
+def test_report_shows_what_the_host_did_in_the_gpu_pauses(run_dir: Path) -> None:
+    trace = host_and_gpu_trace()
+    summary = kernel_profile.summarize_trace(trace, steps=2) | kernel_profile.idle_causes(trace, steps=2) | {
+        "config": "gate-4", "phase": "level", "concurrency": 16, "prefill_intervals": None}
+    (run_dir / "profile-level-gate-4.json").write_text(json.dumps(summary))
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    causes = text[text.index("What the host was doing"):]
+    assert "| gate-4 | all | late 0.150, waited 0.085, unknown 0.019 |  |  |" in causes
+    assert ("| gate-4 | waited | `scheduler.run_batch > aten::copy_ > cudaStreamSynchronize` | 0.085 "
+            "| 0.50 |") in causes
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
