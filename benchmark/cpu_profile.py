@@ -32,6 +32,9 @@ import psutil
 # rank suffix under parallelism ("sglang::scheduler_TP0"); they are children of the launcher.
 SCHEDULER_TITLE = "sglang::scheduler"
 
+# torch's Event.synchronize and Stream.synchronize: where the host waits for the GPU.
+GPU_WAIT = "synchronize (streams.py)"
+
 FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
@@ -40,6 +43,7 @@ class Shares:
     samples: int
     inclusive: Counter  # function -> samples with it on the stack
     self_time: Counter  # function -> samples with it on top
+    gpu_waits: Counter  # function -> samples of it waiting for the GPU (its callee on top)
 
     def percent(self, counter: Counter, function: str) -> float:
         return 100 * counter[function] / self.samples if self.samples else 0.0
@@ -81,6 +85,7 @@ def shares(raw_text: str, thread: str = "MainThread") -> Shares:
     ``--threads``)."""
     inclusive: Counter = Counter()
     self_time: Counter = Counter()
+    gpu_waits: Counter = Counter()
     total = 0
     for line in raw_text.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -98,7 +103,9 @@ def shares(raw_text: str, thread: str = "MainThread") -> Shares:
             inclusive[function] += n
         if functions:
             self_time[functions[-1]] += n
-    return Shares(total, inclusive, self_time)
+        if len(functions) > 1 and functions[-1].endswith(GPU_WAIT):
+            gpu_waits[functions[-2]] += n
+    return Shares(total, inclusive, self_time, gpu_waits)
 
 
 def table(profiles: dict[str, Shares], top: int) -> str:
@@ -114,6 +121,25 @@ def table(profiles: dict[str, Shares], top: int) -> str:
         lines.append(f"| `{function}` | " + " | ".join(cells) + " |")
     samples = " · ".join(f"{n}: {p.samples} samples" for n, p in profiles.items())
     return "\n".join(lines) + f"\n\n{samples}\n"
+
+
+def waits_table(profiles: dict[str, Shares], top: int) -> str:
+    """Where each host waited for the GPU: the function that called the synchronize, ranked in
+    the last profile. A wait while results are processed is slack; a wait before a launch holds
+    the next step back."""
+    names = list(profiles)
+    ranked = [f for f, _ in profiles[names[-1]].gpu_waits.most_common(top)]
+    header = ["waiting for the GPU in"] + [f"{n} % of samples" for n in names]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for function in ranked:
+        cells = [f"{p.percent(p.gpu_waits, function):.1f}" for p in profiles.values()]
+        lines.append(f"| `{function}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def tables(profiles: dict[str, Shares], top: int) -> str:
+    """Both tables: every function's share, then where each host waited for the GPU."""
+    return table(profiles, top) + "\n" + waits_table(profiles, top)
 
 
 def column_names(paths: list[Path]) -> list[str]:
@@ -134,7 +160,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         p.error(f"no py-spy raw file at {', '.join(missing)}")
     profiles = {name: shares(path.read_text(), args.thread)
                 for name, path in zip(column_names(args.raw), args.raw)}
-    print(table(profiles, args.top), end="")
+    print(tables(profiles, args.top), end="")
 
 
 if __name__ == "__main__":

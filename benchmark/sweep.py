@@ -617,7 +617,7 @@ class SchedulerSampling:
             return
         sampled = sorted(self.run.dir.glob(f"pyspy-*-c{self.c}.txt"), key=lambda path: path.stat().st_mtime)
         profiles = {path.stem: cpu_profile.shares(path.read_text()) for path in sampled}
-        (self.run.dir / f"cpu-profile-c{self.c}.md").write_text(cpu_profile.table(profiles, CPU_PROFILE_ROWS))
+        (self.run.dir / f"cpu-profile-c{self.c}.md").write_text(cpu_profile.tables(profiles, CPU_PROFILE_ROWS))
 
 
 # What runs around an unreported level, by its purpose (WARM_UP has nothing around it).

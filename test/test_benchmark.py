@@ -611,6 +611,21 @@ def test_cpu_profile_shares_of_one_thread() -> None:
     assert "plain: 50 samples · gate: 10 samples" in text
 
 
+def test_cpu_profile_says_which_function_waited_for_the_gpu() -> None:
+    raw = """\
+thread (7): MainThread;loop (/x/scheduler.py:1);process_batch_result_decode (/x/p.py:201);Event.synchronize (/t/cuda/streams.py:230) 4
+thread (7): MainThread;loop (/x/scheduler.py:1);resolve_seq_lens_cpu (/x/o.py:460);Stream.synchronize (/t/cuda/streams.py:100) 1
+thread (7): MainThread;loop (/x/scheduler.py:1);synchronize_all (/x/s.py:3) 5
+"""
+    shares = cpu_profile.shares(raw)
+    assert shares.gpu_waits == {"process_batch_result_decode (p.py)": 4, "resolve_seq_lens_cpu (o.py)": 1}
+    text = cpu_profile.tables({"plain": cpu_profile.shares(PYSPY_RAW), "gate": shares}, top=5)
+    waits = text[text.index("| waiting for the GPU in |"):]
+    assert "| `process_batch_result_decode (p.py)` | 0.0 | 40.0 |" in waits
+    assert "| `resolve_seq_lens_cpu (o.py)` | 0.0 | 10.0 |" in waits
+    assert "synchronize_all" not in waits  # a function of that name, not torch's wait
+
+
 def test_cpu_profile_keeps_alike_named_files_of_two_runs_apart() -> None:
     paths = [Path("a/pyspy-plain.txt"), Path("a/pyspy-gate.txt"), Path("b/pyspy-gate.txt")]
     assert cpu_profile.column_names(paths) == ["pyspy-plain", "a/pyspy-gate", "b/pyspy-gate"]
