@@ -101,10 +101,12 @@ def idle_causes(trace, steps: int) -> dict:
 
     Each pause in the GPU's work (longer than IDLE_GAP_US) ends with work some host call
     launched (the runtime or driver call of the same correlation id). If a host wait (a sync,
-    a blocking copy) on that thread returned inside the pause, the host had been held until the
-    GPU was nearly done, then spent the rest of the pause getting the next work out: "waited",
-    named by the wait's scheduler span and op. Otherwise the host was simply late: "late", named
-    by the span and op that launched. Per step: ms of pause and pauses, by cause and place."""
+    a blocking copy) on that thread was under way when the pause began and returned inside it,
+    the GPU had held the host until its queue ran dry, and the pause is the host getting the
+    next work out after it: "waited", named by the wait's scheduler span and op. Otherwise the
+    host was simply late (a call that began inside the pause is host work, not a wait): "late",
+    named by the span and op that launched. Per step: ms of pause and pauses, by cause and
+    place."""
     events = events_of(trace)
     work = gpu_work(events)
     calls = [e for e in events if e.get("cat") in HOST_CALLS and "dur" in e]
@@ -140,7 +142,7 @@ def idle_causes(trace, steps: int) -> dict:
             else:
                 tid = launch["tid"]
                 held = [w for w in wait_ends.get(tid, ())
-                        if end < w["ts"] + w["dur"] <= launch["ts"]]
+                        if w["ts"] < end < w["ts"] + w["dur"] <= launch["ts"]]
                 key = (("waited", f"{where(tid, held[-1]['ts'])} > {held[-1]['name']}") if held
                        else ("late", where(tid, launch["ts"])))
             idle_ms[key] += (e["ts"] - end) / 1e3

@@ -790,6 +790,7 @@ def host_and_gpu_trace() -> dict:
         host("cuda_runtime", "cudaLaunchKernel", 400, 5, correlation=2),
         launched("add", 450, 50, correlation=2),  # the pause 280-450 ends here
         host("user_annotation", "scheduler.process_batch_result", 600, 300),
+        host("cuda_runtime", "cudaMemcpyAsync", 600, 20),  # began inside the pause: host work
         host("cpu_op", "aten::index", 690, 20),
         host("cuda_driver", "cuLaunchKernel", 700, 5, correlation=3),
         launched("index", 800, 50, correlation=3),  # the pause 500-800: nothing held the host
