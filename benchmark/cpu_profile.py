@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import psutil
 
@@ -108,33 +108,32 @@ def shares(raw_text: str, thread: str = "MainThread") -> Shares:
     return Shares(total, inclusive, self_time, gpu_waits)
 
 
+def ranked_table(profiles: dict[str, Shares], top: int, by: Callable[[Shares], Counter], first: str,
+                 column: str, cell: Callable[[Shares, str], str]) -> str:
+    """The ``top`` functions of the last profile's ``by`` counter, a column for every profile."""
+    ranked = [f for f, _ in by(list(profiles.values())[-1]).most_common(top)]
+    header = [first] + [f"{n} {column}" for n in profiles]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for function in ranked:
+        lines.append(f"| `{function}` | " + " | ".join(cell(p, function) for p in profiles.values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def table(profiles: dict[str, Shares], top: int) -> str:
     """The ``top`` functions by inclusive share in the last profile, with every profile's
     inclusive and self share."""
-    names = list(profiles)
-    ranked = [f for f, _ in profiles[names[-1]].inclusive.most_common(top)]
-    header = ["function"] + [f"{n} incl. % / self %" for n in names]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for function in ranked:
-        cells = [f"{p.percent(p.inclusive, function):.1f} / {p.percent(p.self_time, function):.1f}"
-                 for p in profiles.values()]
-        lines.append(f"| `{function}` | " + " | ".join(cells) + " |")
+    text = ranked_table(profiles, top, lambda p: p.inclusive, "function", "incl. % / self %",
+                        lambda p, f: f"{p.percent(p.inclusive, f):.1f} / {p.percent(p.self_time, f):.1f}")
     samples = " · ".join(f"{n}: {p.samples} samples" for n, p in profiles.items())
-    return "\n".join(lines) + f"\n\n{samples}\n"
+    return text + f"\n{samples}\n"
 
 
 def waits_table(profiles: dict[str, Shares], top: int) -> str:
     """Where each host waited for the GPU: the function that called the synchronize, ranked in
     the last profile. A wait while results are processed is slack; a wait before a launch holds
     the next step back."""
-    names = list(profiles)
-    ranked = [f for f, _ in profiles[names[-1]].gpu_waits.most_common(top)]
-    header = ["waiting for the GPU in"] + [f"{n} % of samples" for n in names]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for function in ranked:
-        cells = [f"{p.percent(p.gpu_waits, function):.1f}" for p in profiles.values()]
-        lines.append(f"| `{function}` | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return ranked_table(profiles, top, lambda p: p.gpu_waits, "waiting for the GPU in", "% of samples",
+                        lambda p, f: f"{p.percent(p.gpu_waits, f):.1f}")
 
 
 def tables(profiles: dict[str, Shares], top: int) -> str:
