@@ -115,7 +115,16 @@ def idle_causes(trace, steps: int) -> dict:
     for e in calls:
         if e["dur"] >= IDLE_GAP_US and any(n in e["name"] for n in HOST_WAIT_NAMES):
             waits.setdefault(e["tid"], []).append(e)
-    wait_ends = {tid: sorted(w, key=lambda e: e["ts"] + e["dur"]) for tid, w in waits.items()}
+    waits = {tid: sorted(w, key=lambda e: e["ts"] + e["dur"]) for tid, w in waits.items()}
+    wait_ends = {tid: [e["ts"] + e["dur"] for e in w] for tid, w in waits.items()}
+
+    def held_through(tid, start: float, launch: float) -> dict | None:
+        """The last wait on ``tid`` under way at ``start`` that returned by ``launch``."""
+        ends = wait_ends.get(tid, [])
+        for i in range(bisect.bisect_right(ends, launch) - 1, bisect.bisect_right(ends, start) - 1, -1):
+            if waits[tid][i]["ts"] < start:
+                return waits[tid][i]
+        return None
 
     def spans(cat: str) -> dict:
         by_tid: dict = {}
@@ -141,9 +150,8 @@ def idle_causes(trace, steps: int) -> dict:
                 key = ("unknown", "(no launching call in the trace)")
             else:
                 tid = launch["tid"]
-                held = [w for w in wait_ends.get(tid, ())
-                        if w["ts"] < end < w["ts"] + w["dur"] <= launch["ts"]]
-                key = (("waited", f"{where(tid, held[-1]['ts'])} > {held[-1]['name']}") if held
+                held = held_through(tid, end, launch["ts"])
+                key = (("waited", f"{where(tid, held['ts'])} > {held['name']}") if held
                        else ("late", where(tid, launch["ts"])))
             idle_ms[key] += (e["ts"] - end) / 1e3
             pauses[key] += 1
