@@ -208,3 +208,31 @@ def test_without_plain_decode_graphs_every_step_is_upstreams(monkeypatch) -> Non
     worker.plain_decode = False
     assert worker.forward_batch_generation(spec_decode_batch()) == "verified"
     assert events == [("speculative", PLAIN_STEPS)]
+
+
+@pytest.mark.parametrize("blocker, plain", [(None, True), ("the draft extend syncs its batch across ranks", False)])
+def test_the_steps0_build_decodes_plainly_only_where_draft_kv_defers(monkeypatch, blocker, plain) -> None:
+    """GatedEAGLEWorkerV2.build_adaptive_runtime_state around a stand-in for upstream's build,
+    which captures the draft's graphs (settling deferral_blocker) before the target's runner."""
+    from sglang_specgate import worker as worker_module
+
+    monkeypatch.setattr(DecodeCudaGraphRunner, "__init__", lambda self, model_runner, **kwargs: None)
+
+    def upstream_build(self, steps, draft_tokens, cuda_graph_bs=None):
+        self.deferral_blocker = blocker  # as the shadowed draft capture sets it
+        self._draft_worker.cuda_graph_runner_for_draft_extend = "draft-extend graphs"
+        return SimpleNamespace(target_graph_runner=eagle_worker_v2.DecodeCudaGraphRunner("target"),
+                               cuda_graph_runner_for_draft_extend="draft-extend graphs")
+
+    monkeypatch.setattr(EAGLEWorkerV2, "build_adaptive_runtime_state", upstream_build)
+    monkeypatch.setattr(GatedEAGLEWorkerV2, "_one_token_backends_use_decode_kernels",
+                        lambda self: contextlib.nullcontext())  # its own test: test_worker.py
+    monkeypatch.setattr(worker_module, "DeferredDraftKV", lambda runner: ("deferred", runner))
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker._draft_worker = SimpleNamespace(cuda_graph_runner_for_draft_extend=None)
+    worker.deferral_blocker, worker.deferred_draft_kv, worker.plain_decode = None, None, False
+    state = worker.build_adaptive_runtime_state(PLAIN_STEPS, 1)
+    assert isinstance(state.target_graph_runner, PlainDecodeGraphRunner) is plain
+    assert worker.plain_decode is plain
+    assert worker.deferred_draft_kv == (("deferred", "draft-extend graphs") if plain else None)
+    assert eagle_worker_v2.DecodeCudaGraphRunner is DecodeCudaGraphRunner
