@@ -46,18 +46,24 @@ def family(kernel_name: str) -> str:
     return "other"
 
 
-def idle_after(kernels: list[dict], steps: int) -> list[dict]:
-    """GPU idle time per step, by the kernel that ran last before each pause: where a step waits.
-    Kernels of several streams may overlap; a pause is a gap in their union."""
-    idle_ms: Counter = Counter()
-    pauses: Counter = Counter()
+def gpu_pauses(work: list[dict]):
+    """The pauses longer than IDLE_GAP_US in the union of ``work`` (by start time; streams may
+    overlap): (when the pause began, the name of what ended last before it, what ended it)."""
     end, last = None, None
-    for e in sorted(kernels, key=lambda e: e["ts"]):
+    for e in work:
         if end is not None and e["ts"] - end > IDLE_GAP_US:
-            idle_ms[last] += (e["ts"] - end) / 1e3
-            pauses[last] += 1
+            yield end, last, e
         if end is None or e["ts"] + e["dur"] >= end:
             end, last = e["ts"] + e["dur"], e["name"]
+
+
+def idle_after(kernels: list[dict], steps: int) -> list[dict]:
+    """GPU idle time per step, by the kernel that ran last before each pause: where a step waits."""
+    idle_ms: Counter = Counter()
+    pauses: Counter = Counter()
+    for start, last, after in gpu_pauses(sorted(kernels, key=lambda e: e["ts"])):
+        idle_ms[last] += (after["ts"] - start) / 1e3
+        pauses[last] += 1
     return [{"after": name, "ms_per_step": ms / steps, "pauses_per_step": pauses[name] / steps}
             for name, ms in idle_ms.most_common(IDLE_TOP)]
 
@@ -142,20 +148,17 @@ def idle_causes(trace, steps: int) -> dict:
 
     idle_ms: Counter = Counter()
     pauses: Counter = Counter()
-    end = None
-    for e in work:
-        if end is not None and e["ts"] - end > IDLE_GAP_US:
-            launch = launch_of.get(e.get("args", {}).get("correlation"))
-            if launch is None:
-                key = ("unknown", "(no launching call in the trace)")
-            else:
-                tid = launch["tid"]
-                held = held_through(tid, end, launch["ts"])
-                key = (("waited", f"{where(tid, held['ts'])} > {held['name']}") if held
-                       else ("late", where(tid, launch["ts"])))
-            idle_ms[key] += (e["ts"] - end) / 1e3
-            pauses[key] += 1
-        end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
+    for start, _, after in gpu_pauses(work):
+        launch = launch_of.get(after.get("args", {}).get("correlation"))
+        if launch is None:
+            key = ("unknown", "(no launching call in the trace)")
+        else:
+            tid = launch["tid"]
+            held = held_through(tid, start, launch["ts"])
+            key = (("waited", f"{where(tid, held['ts'])} > {held['name']}") if held
+                   else ("late", where(tid, launch["ts"])))
+        idle_ms[key] += (after["ts"] - start) / 1e3
+        pauses[key] += 1
     by_cause: Counter = Counter()
     for (cause, _), ms in idle_ms.items():
         by_cause[cause] += ms
