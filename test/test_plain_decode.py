@@ -210,8 +210,12 @@ def test_without_plain_decode_graphs_every_step_is_upstreams(monkeypatch) -> Non
     assert events == [("speculative", PLAIN_STEPS)]
 
 
-@pytest.mark.parametrize("blocker, plain", [(None, True), ("the draft extend syncs its batch across ranks", False)])
-def test_the_steps0_build_decodes_plainly_only_where_draft_kv_defers(monkeypatch, blocker, plain) -> None:
+@pytest.mark.parametrize("off_step, blocker, plain", [
+    ("decode", None, True),
+    ("decode", "the draft extend syncs its batch across ranks", False),
+    ("verify", None, False),  # --speculative-gate-off-step verify: upstream's graphs, deferred KV
+], ids=["decode", "draft KV not deferred", "verify asked for"])
+def test_the_steps0_build_decodes_plainly_where_asked_and_draft_kv_defers(monkeypatch, off_step, blocker, plain) -> None:
     """GatedEAGLEWorkerV2.build_adaptive_runtime_state around a stand-in for upstream's build,
     which captures the draft's graphs (settling deferral_blocker) before the target's runner."""
     from sglang_specgate import worker as worker_module
@@ -231,8 +235,9 @@ def test_the_steps0_build_decodes_plainly_only_where_draft_kv_defers(monkeypatch
     worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
     worker._draft_worker = SimpleNamespace(cuda_graph_runner_for_draft_extend=None)
     worker.deferral_blocker, worker.deferred_draft_kv, worker.plain_decode = None, None, False
+    worker.off_step = off_step
     state = worker.build_adaptive_runtime_state(PLAIN_STEPS, 1)
     assert isinstance(state.target_graph_runner, PlainDecodeGraphRunner) is plain
     assert worker.plain_decode is plain
-    assert worker.deferred_draft_kv == (("deferred", "draft-extend graphs") if plain else None)
+    assert worker.deferred_draft_kv == (None if blocker else ("deferred", "draft-extend graphs"))
     assert eagle_worker_v2.DecodeCudaGraphRunner is DecodeCudaGraphRunner

@@ -11,8 +11,8 @@ draft's KV cache (kv_only_draft.py) and reads one entry with the decode kernel
 replay every few steps (deferred_draft_kv.py) instead of replaying that graph each step, and
 so do prefills while off, one row per prompt token, instead of running the draft over the
 prompt; for that the graph is also captured at batch sizes above the decode batch's largest.
-Batches with logprobs or a grammar, and servers where the draft KV cannot be deferred, keep
-upstream's one-token verify, its attention answered by the decode kernels too. Switching is
+Batches with logprobs or a grammar, servers where the draft KV cannot be deferred, and
+servers started with ``--speculative-gate-off-step verify`` keep upstream's one-token verify, its attention answered by the decode kernels too. Switching is
 upstream's ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy
 instead of its acceptance EMA. What the off state still costs against a plain server:
 benchmark/results/2026-12-01-offcost-8b-2.2-c128-interleaved (before plain decode steps).
@@ -36,7 +36,7 @@ from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_utils import record_stream_for_v2_verify
 
-from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
+from sglang_specgate.args import OFF_STEP_DECODE, THRESHOLD_FLAG, SpecGateConfigError
 from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture_write_sizes, why_not_deferred
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.observability import SwitchLog
@@ -146,6 +146,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
         self.deferred_draft_kv: DeferredDraftKV | None = None  # set when the steps-0 state is built
         self.deferral_blocker: str | None = None  # why plain steps extend the draft every step
+        self.off_step = server_args.speculative_gate_off_step  # what plain steps should run
         # Whether plain steps decode with the target's decode graphs (plain_decode.py), known
         # once the steps-0 state is built; else they run upstream's one-token verify.
         self.plain_decode = False
@@ -183,13 +184,11 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             )
         with (
             self._one_token_backends_use_decode_kernels(),
-            target_decode_graphs(self._draft_kv_can_defer),
+            target_decode_graphs(self._plain_steps_decode),
         ):
             state = super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
-        # Decode graphs only where plain steps can defer their draft KV (_draft_kv_can_defer):
-        # they run no draft extend of their own.
         self.plain_decode = isinstance(state.target_graph_runner, PlainDecodeGraphRunner)
         runner = state.cuda_graph_runner_for_draft_extend
         if runner is None and not self.deferral_blocker:
@@ -200,10 +199,13 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             self.deferred_draft_kv = DeferredDraftKV(runner)
         return state
 
-    def _draft_kv_can_defer(self) -> bool:
-        """Asked while the steps-0 state is built, once its draft graphs are captured."""
+    def _plain_steps_decode(self) -> bool:
+        """Asked while the steps-0 state is built, once its draft graphs are captured: plain
+        steps decode where --speculative-gate-off-step asks it and their draft KV can be
+        deferred, for they run no draft extend of their own."""
         draft_extend_graphs = self._draft_worker.cuda_graph_runner_for_draft_extend
-        return not self.deferral_blocker and draft_extend_graphs is not None
+        can_defer = not self.deferral_blocker and draft_extend_graphs is not None
+        return self.off_step == OFF_STEP_DECODE and can_defer
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
         """Decode steps while off decode plainly (plain_decode.py); the rest is upstream's."""
