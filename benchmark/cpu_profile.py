@@ -14,7 +14,7 @@ which chunked_prefill_tail.py removes, was found
     python benchmark/cpu_profile.py pyspy-idle-plain-c64.txt pyspy-idle-gate-9-c64.txt --top 30
 
 ``sweep.py --cpu-profile-level C`` records these files itself, one per server, with
-``record_command`` on the process ``scheduler_pid`` finds, and writes the table beside them.
+``record_command`` on the process ``server_processes.scheduler_pid`` finds, and writes the table beside them.
 """
 
 from __future__ import annotations
@@ -26,11 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import psutil
-
-# SGLang names its scheduler processes so (setproctitle, managers/scheduler.py:4859), with a
-# rank suffix under parallelism ("sglang::scheduler_TP0"); they are children of the launcher.
-SCHEDULER_TITLE = "sglang::scheduler"
 
 # torch's Event.synchronize and Stream.synchronize: where the host waits for the GPU.
 GPU_WAIT = "synchronize (streams.py)"
@@ -52,23 +47,6 @@ class Shares:
 def record_command(py_spy: str, pid: int | str, out: Path) -> list[str]:
     """py-spy sampling ``pid`` until interrupted, every thread, waits included (wall time)."""
     return [py_spy, "record", "--threads", "--idle", "-f", "raw", "-p", str(pid), "-o", str(out)]
-
-
-def scheduler_pid(server_pid: int) -> Optional[int]:
-    """The scheduler under a launched server (the first rank's, by title), or None."""
-    try:
-        children = psutil.Process(server_pid).children(recursive=True)
-    except psutil.Error:
-        return None
-    titled = []
-    for child in children:
-        try:
-            title = " ".join(child.cmdline())
-        except psutil.Error:  # exited since it was listed
-            continue
-        if title.startswith(SCHEDULER_TITLE):
-            titled.append((title, child.pid))
-    return min(titled)[1] if titled else None
 
 
 def function_of(frame: str) -> str:

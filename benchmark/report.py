@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+import server_processes
 import ttft_stages
 
 BASELINES = ("plain", "spec")
@@ -292,22 +293,36 @@ def run_by_run_rows(res: Results) -> list[list[str]]:
     return rows
 
 
-def ttft_stages_table(res: Results) -> str:
-    """Each closed level's server-side mean per request of the TTFT stages, against plain's."""
+def against_plain_table(res: Results, field: str, keys: Iterable[str], headers: list[str],
+                        digits: int = 1) -> str:
+    """Each reported closed level's ``field`` (a dict in its gate.jsonl row) by key, with the
+    ratio to plain's at that C."""
     reported = [res.gate.get(r["tag"], {}) for by_c in res.closed.values() for r in by_c.values()]
-    rows_with_stages = [row for row in reported if row.get("ttft_stages")]
-    plain = {row["max_concurrency"]: row["ttft_stages"] for row in rows_with_stages
+    rows_with_field = [row for row in reported if row.get(field)]
+    plain = {row["max_concurrency"]: row[field] for row in rows_with_field
              if config_of(row["tag"]) == "plain"}
     rows = []
-    for row in rows_with_stages:
+    for row in rows_with_field:
         name, c = config_of(row["tag"]), row["max_concurrency"]
         cells = []
-        for stage in ttft_stages.STAGES:
-            value, base = row["ttft_stages"].get(stage), plain.get(c, {}).get(stage)
+        for key in keys:
+            value, base = row[field].get(key), plain.get(c, {}).get(key)
             versus = f" ({value / base:.2f}×)" if name != "plain" and value and base else ""
-            cells.append(fmt(value) + versus)
+            cells.append(fmt(value, digits) + versus)
         rows.append([name, str(c), *cells])
-    return md_table(["config", "C", *(f"{stage} ms" for stage in ttft_stages.STAGES)], rows)
+    return md_table(["config", "C", *headers], rows)
+
+
+def ttft_stages_table(res: Results) -> str:
+    """Each closed level's server-side mean per request of the TTFT stages, against plain's."""
+    return against_plain_table(res, "ttft_stages", ttft_stages.STAGES,
+                               [f"{stage} ms" for stage in ttft_stages.STAGES])
+
+
+def cpu_busy_table(res: Results) -> str:
+    """Each closed level's busiest thread per server process, a share of one core."""
+    return against_plain_table(res, "cpu_busy", server_processes.ROLES, list(server_processes.ROLES),
+                               digits=2)
 
 
 def profile_table(profiles: dict[str, dict], unit: str, with_busy: bool) -> str:
@@ -407,6 +422,13 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "(`ttft_stages.py`). queue: waiting to join a batch; prefill: from joining one "
                   "until the scheduler processed its prefill's result; ttft: the tokenizer "
                   "manager's, the server's whole share. In brackets: against plain at that C."]
+    if any(row.get("cpu_busy") for row in res.gate.values()):
+        parts += ["## Busiest thread of each server process",
+                  cpu_busy_table(res),
+                  "CPU seconds of each process's busiest thread over the level, per second "
+                  "(`server_processes.py`; 1.00: a whole core). tokenizer: the launched process "
+                  "(HTTP server and tokenizer manager). Each is one Python event loop: one near "
+                  "1.00 is where requests or outputs queue. In brackets: against plain at that C."]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
     if "decode" in res.profiles:

@@ -56,6 +56,7 @@ import machine
 import output_spread
 import prompts
 import serving_session
+import server_processes
 import ttft_stages
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -505,17 +506,23 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     stages_before = stage_totals(run, url)
     server_log = run.logs / f"server-{config.name}.log"
     log_offset = server_log.stat().st_size
+    server = run.server_procs.get(config.name)
+    pids = server_processes.server_processes(server.pid) if server else {}
+    threads_before, started = server_processes.thread_cpu_seconds(pids), time.monotonic()
     exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:
         run.fail(f"{tag} (see logs/{log})")
         return
+    cpu_busy = server_processes.busiest_thread_share(
+        threads_before, server_processes.thread_cpu_seconds(pids), time.monotonic() - started)
     after = gate_snapshot(url)
     server_lines = decode_log.read_from(server_log, log_offset)
     stages = (ttft_stages.mean_ms(stages_before, stage_totals(run, url))
               if stages_before is not None else None)
     run.gate_row(tag, config.name, before, after, max_concurrency=c,
                  steady_decode=decode_log.steady_throughput(server_lines, c),
-                 prefills=decode_log.prefill_batches(server_lines), ttft_stages=stages)
+                 prefills=decode_log.prefill_batches(server_lines), ttft_stages=stages,
+                 cpu_busy=cpu_busy)
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 
@@ -594,9 +601,9 @@ class SchedulerSampling:
 
     def __enter__(self) -> "SchedulerSampling":
         server = self.run.server_procs.get(self.config.name)
-        pid = cpu_profile.scheduler_pid(server.pid) if server else None
+        pid = server_processes.scheduler_pid(server.pid) if server else None
         if pid is None:
-            self.run.fail(f"{self.config.name} CPU profile: no {cpu_profile.SCHEDULER_TITLE} "
+            self.run.fail(f"{self.config.name} CPU profile: no {server_processes.TITLES['scheduler']} "
                           f"process under the server")
             return self
         cmd = self.command(pid)

@@ -471,13 +471,15 @@ def run_dir(tmp_path: Path) -> Path:
          "steady_decode": {"lines": 9, "median_tok_s": 2880.0,
                            "decode_only": {"lines": 5, "median_tok_s": 2910.0}} if c == 16 else None,
          "prefills": {"batches": 12, "requests": 80, "tokens": 40000} if c == 16 else None,
-         "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None}
+         "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None,
+         "cpu_busy": {"tokenizer": 0.9, "scheduler": 0.75, "detokenizer": 0.3} if c == 16 else {}}
         for c in GATE
     ] + [{"tag": "plain,c=16", "config": "plain", "max_concurrency": 16, "before": None,
           "after": None, "delta": None,  # a run from before decode_only was measured:
           "steady_decode": {"lines": 9, "median_tok_s": 3000.0},
           "prefills": {"batches": 9, "requests": 80, "tokens": 40000},
-          "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None}}
+          "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None},
+          "cpu_busy": {"tokenizer": 0.45, "scheduler": 0.75}}
     ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
           "after": {}, "delta": {"decode_steps_spec": 50, "decode_steps_plain": 60,
                                  "switches": 4}}])
@@ -530,6 +532,14 @@ def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
     assert "| plain | 16 | 12.0 | 30.0 | – |" in text
     # no ratio where plain observed nothing
     assert "| gate-4 | 16 | 12.0 (1.00×) | 45.0 (1.50×) | 60.0 |" in text
+
+
+def test_report_shows_each_processs_busiest_thread_against_plain(run_dir: Path) -> None:
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    assert "## Busiest thread of each server process" in text
+    assert "| plain | 16 | 0.45 | 0.75 | – |" in text  # a detokenizer that was not found
+    assert "| gate-4 | 16 | 0.90 (2.00×) | 0.75 (1.00×) | 0.30 |" in text
+    assert "| gate-4 | 8 |" not in text.split("## Busiest thread")[1]  # nothing read at C = 8
 
 
 def test_report_takes_a_repeated_level_by_its_median_run(tmp_path: Path) -> None:
@@ -897,6 +907,7 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
     [row] = report.load_jsonl(run.dir / "gate.jsonl")
     assert row["tag"] == "plain,c=16,rep=2" and row["max_concurrency"] == 16
+    assert row["cpu_busy"] == {}  # no server process stood in (test_scheduler_sampling.py has one)
 
 
 INTERLEAVED = ("--configs", "gate,plain", "--thresholds", "9", "--scenarios", "closed", "--concurrency", "128")

@@ -21,7 +21,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 sys.path.insert(0, str(BENCH))
 
-import cpu_profile  # noqa: E402
+import server_processes  # noqa: E402
 import sweep  # noqa: E402
 
 LAUNCHER = """
@@ -112,9 +112,26 @@ def level(sampling: sweep.SchedulerSampling) -> None:
 
 def test_the_scheduler_is_the_first_ranks_scheduler_under_the_server(launcher) -> None:
     proc, (detokenizer, tp1, tp0) = launcher
-    assert cpu_profile.scheduler_pid(proc.pid) == tp0
-    assert cpu_profile.scheduler_pid(tp0) is None  # no scheduler under a scheduler
-    assert cpu_profile.scheduler_pid(2**22 + 12345) is None  # no such process
+    assert server_processes.scheduler_pid(proc.pid) == tp0
+    assert server_processes.scheduler_pid(tp0) is None  # no scheduler under a scheduler
+    assert server_processes.scheduler_pid(2**22 + 12345) is None  # no such process
+
+
+def test_a_servers_processes_by_role(launcher) -> None:
+    proc, (detokenizer, _, tp0) = launcher
+    pids = server_processes.server_processes(proc.pid)
+    assert pids == {"tokenizer": proc.pid, "scheduler": tp0, "detokenizer": detokenizer}
+    times = server_processes.thread_cpu_seconds(pids)
+    assert set(times) == set(pids) and all(times[role] for role in pids)  # each has its threads
+    assert server_processes.thread_cpu_seconds({"scheduler": 2**22 + 12345}) == {}  # gone: left out
+
+
+def test_the_busiest_threads_share_of_a_level() -> None:
+    before = {"scheduler": {1: 10.0, 2: 3.0}, "detokenizer": {5: 1.0}}
+    after = {"scheduler": {1: 18.0, 2: 9.0, 3: 1.0}, "detokenizer": {5: 3.0}, "tokenizer": {9: 4.0}}
+    # Over 10 s: the scheduler's thread 1 spent 8 s; the tokenizer was first read after the level.
+    assert server_processes.busiest_thread_share(before, after, 10.0) == {
+        "scheduler": 0.8, "detokenizer": 0.2, "tokenizer": 0.4}
 
 
 def test_a_cpu_profiled_level_samples_its_servers_scheduler_and_tables_it(tmp_path, monkeypatch, launcher) -> None:
