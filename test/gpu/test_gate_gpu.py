@@ -216,6 +216,22 @@ def test_logprob_requests_while_off_keep_the_one_token_verify(gated, design):
     assert all(len(r["meta_info"]["output_token_logprobs"]) == SHORT_TOKENS for r in results)
 
 
+def test_off_step_verify_keeps_upstreams_one_token_verify(start_server, designed_greedy):
+    # --speculative-gate-off-step verify: every plain step is upstream's one-token verify, as
+    # before plain_decode.py (the baseline of sweep.py's gate-verify-N); it must stay exact.
+    server = start_server("gated-verify", spec=True, extra=(
+        "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4",
+        "--speculative-gate-off-step", "verify"))
+    try:
+        outputs = greedy_run(server, prompts())
+        state = server.gate_state()
+    finally:
+        server.stop()
+    assert state["off_target_step"] == "verify", state
+    assert state["decode_steps_plain"] > 0 and state["switches"] >= 2, state
+    assert not mismatches(outputs, designed_greedy)
+
+
 @pytest.fixture(scope="module")
 def sampled_results(gated):
     return ramping_load(gated, prompts(seed=1), long_tokens=LONG_TOKENS, short_tokens=40, bursts=BURSTS,
