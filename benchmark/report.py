@@ -379,6 +379,21 @@ def prefill_interval_table(profiles: dict[str, dict]) -> str:
                     rows)
 
 
+# Sections of per-level measurements against plain's: (gate.jsonl field, title, table, caption).
+LEVEL_SECTIONS = (
+    ("ttft_stages", "## Time to first token by stage, server side (`--ttft-stages`)", ttft_stages_table,
+     "Means per request over each level, from SGLang's histograms (`ttft_stages.py`). queue: "
+     "waiting to join a batch; prefill: from joining one until the scheduler processed its "
+     "prefill's result; ttft: the tokenizer manager's, the server's whole share. In brackets: "
+     "against plain at that C."),
+    ("cpu_busy", "## Busiest thread of each server process", cpu_busy_table,
+     "CPU seconds of each process's busiest thread over the level, per second "
+     "(`server_processes.py`; 1.00: a whole core). tokenizer: the launched process (HTTP server "
+     "and tokenizer manager). Each is one Python event loop: one near 1.00 is where requests or "
+     "outputs queue. In brackets: against plain at that C."),
+)
+
+
 def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: float,
              plot: Optional[str]) -> str:
     parts = [f"# Sweep: {', '.join(titles)}", setup_line(res)]
@@ -415,20 +430,9 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
                   "draft over the prompt too (about 6 % more prefill GPU time at 8B; "
                   "benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail)."]
-    if any(row.get("ttft_stages") for row in res.gate.values()):
-        parts += ["## Time to first token by stage, server side (`--ttft-stages`)",
-                  ttft_stages_table(res),
-                  "Means per request over each level, from SGLang's histograms "
-                  "(`ttft_stages.py`). queue: waiting to join a batch; prefill: from joining one "
-                  "until the scheduler processed its prefill's result; ttft: the tokenizer "
-                  "manager's, the server's whole share. In brackets: against plain at that C."]
-    if any(row.get("cpu_busy") for row in res.gate.values()):
-        parts += ["## Busiest thread of each server process",
-                  cpu_busy_table(res),
-                  "CPU seconds of each process's busiest thread over the level, per second "
-                  "(`server_processes.py`; 1.00: a whole core). tokenizer: the launched process "
-                  "(HTTP server and tokenizer manager). Each is one Python event loop: one near "
-                  "1.00 is where requests or outputs queue. In brackets: against plain at that C."]
+    for field, title, table, caption in LEVEL_SECTIONS:
+        if any(row.get(field) for row in res.gate.values()):
+            parts += [title, table(res), caption]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
     if "decode" in res.profiles:
