@@ -14,7 +14,8 @@ which chunked_prefill_tail.py removes, was found
     python benchmark/cpu_profile.py pyspy-idle-plain-c64.txt pyspy-idle-gate-9-c64.txt --top 30
 
 ``sweep.py --cpu-profile-level C`` records these files itself, one per server, with
-``record_command`` on the process ``server_processes.scheduler_pid`` finds, and writes the table beside them.
+``record_command`` on the process ``server_processes.scheduler_pid`` finds, and writes the
+table beside them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
-
 
 # torch's Event.synchronize and Stream.synchronize: where the host waits for the GPU.
 GPU_WAIT = "synchronize (streams.py)"

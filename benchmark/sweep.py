@@ -55,8 +55,8 @@ import kernel_profile
 import machine
 import output_spread
 import prompts
-import serving_session
 import server_processes
+import serving_session
 import ttft_stages
 
 RESULTS = Path(__file__).resolve().parent / "results"
