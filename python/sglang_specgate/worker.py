@@ -12,10 +12,12 @@ replay every few steps (deferred_draft_kv.py) instead of replaying that graph ea
 so do prefills while off, one row per prompt token, instead of running the draft over the
 prompt; for that the graph is also captured at batch sizes above the decode batch's largest.
 Batches with logprobs or a grammar, servers where the draft KV cannot be deferred, and
-servers started with ``--speculative-gate-off-step verify`` keep upstream's one-token verify, its attention answered by the decode kernels too. Switching is
-upstream's ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy
-instead of its acceptance EMA. What the off state still costs against a plain server:
-benchmark/results/2026-12-01-offcost-8b-2.2-c128-interleaved (before plain decode steps).
+servers started with ``--speculative-gate-off-step verify`` keep upstream's one-token verify,
+its attention answered by the decode kernels too. Switching is upstream's
+``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of
+its acceptance EMA. What the off state still costs against a plain server:
+benchmark/results/2026-12-01-offcost-8b-2.2-c128-interleaved (before plain decode steps) and
+2026-12-01-offcost-8b-2.2-c128-plain-decode (with them, on another host).
 """
 
 from __future__ import annotations
