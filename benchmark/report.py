@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import server_processes
+import ttft_split
 import ttft_stages
 
 BASELINES = ("plain", "spec")
@@ -319,6 +320,12 @@ def ttft_stages_table(res: Results) -> str:
                                [f"{stage} ms" for stage in ttft_stages.STAGES])
 
 
+def ttft_split_table(res: Results) -> str:
+    """Each closed level's median TTFT split of its probes, against plain's."""
+    return against_plain_table(res, "ttft_split", ttft_split.STAGES,
+                               [f"{stage} ms" for stage in ttft_split.STAGES])
+
+
 def cpu_busy_table(res: Results) -> str:
     """Each closed level's busiest thread per server process, a share of one core."""
     return against_plain_table(res, "cpu_busy", server_processes.ROLES, list(server_processes.ROLES),
@@ -386,6 +393,13 @@ LEVEL_SECTIONS = (
      "waiting to join a batch; prefill: from joining one until the scheduler processed its "
      "prefill's result; ttft: the tokenizer manager's, the server's whole share. In brackets: "
      "against plain at that C."),
+    ("ttft_split", "## Time to first token across the server's processes (`--ttft-probe-interval`)",
+     ttft_split_table,
+     "Medians over one-token greedy requests sent every few seconds during the level, split by "
+     "the stamps SGLang puts in their meta_info (`ttft_split.py`). tokenize: received until sent "
+     "to the scheduler; to_scheduler: until in its waiting queue; queue; prefill: until the "
+     "scheduler processed the prefill; back: until the tokenizer manager handled the output. "
+     "In brackets: against plain at that C."),
     ("cpu_busy", "## Busiest thread of each server process", cpu_busy_table,
      "CPU seconds of each process's busiest thread over the level, per second "
      "(`server_processes.py`; 1.00: a whole core). tokenizer: the launched process (HTTP server "

@@ -57,6 +57,7 @@ import output_spread
 import prompts
 import server_processes
 import serving_session
+import ttft_split
 import ttft_stages
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -509,7 +510,8 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     server = run.server_procs.get(config.name)
     pids = server_processes.server_processes(server.pid) if server else {}
     threads_before, started = server_processes.thread_cpu_seconds(pids), time.monotonic()
-    exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
+    with level_probe(run, url, dataset) as probe:
+        exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:
         run.fail(f"{tag} (see logs/{log})")
         return
@@ -522,7 +524,7 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     run.gate_row(tag, config.name, before, after, max_concurrency=c,
                  steady_decode=decode_log.steady_throughput(server_lines, c),
                  prefills=decode_log.prefill_batches(server_lines), ttft_stages=stages,
-                 cpu_busy=cpu_busy)
+                 cpu_busy=cpu_busy, ttft_split=probe.summary() if probe else None)
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 
@@ -639,6 +641,17 @@ def level_prefill_intervals(trace: dict) -> dict:
         return {"prefill_intervals": kernel_profile.prefill_interval_summary(trace)}
     except ValueError:  # no prefill between two decode steps
         return {"prefill_intervals": None}
+
+
+PROBE_PROMPTS = 64  # distinct prompts the TTFT probes cycle through
+
+
+def level_probe(run: Run, url: str, dataset: Path) -> AbstractContextManager:
+    """With ``--ttft-probe-interval``, the probe of one measured level (ttft_split.py)."""
+    interval = run.args.ttft_probe_interval
+    if not interval:
+        return nullcontext()
+    return ttft_split.Probe(url, ttft_split.prompt_texts(dataset, PROBE_PROMPTS), interval)
 
 
 def stage_totals(run: Run, url: str) -> Optional[ttft_stages.Totals]:
@@ -1014,6 +1027,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ttft-stages", action="store_true",
                    help="serve with --enable-metrics and record each closed level's mean queue, "
                         "prefill and TTFT per request from SGLang's histograms (ttft_stages.py)")
+    p.add_argument("--ttft-probe-interval", type=float, default=0.0, metavar="S",
+                   help="serve with --enable-metrics and, during each measured closed level, send "
+                        "a one-token request every S s and record the medians of its TTFT split "
+                        "across the server's processes (ttft_split.py); 0 (default): none")
     p.add_argument("--profile-prefill", action="store_true",
                    help="also profile a wave of --profile-concurrency requests sent at once to "
                         "the idle server: its prefill (profile-prefill-*.json)")
@@ -1023,8 +1040,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--run-dir", type=Path, help="results directory (overrides --name)")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = p.parse_args(ours)
-    # The histograms --ttft-stages reads exist only with metrics on, on every server alike.
-    args.server_flags = [*server_flags, "--enable-metrics"] if args.ttft_stages else server_flags
+    # The histograms --ttft-stages reads, and the stamps of --ttft-probe-interval's requests,
+    # exist only with metrics on, on every server alike.
+    metrics = args.ttft_stages or args.ttft_probe_interval > 0
+    args.server_flags = [*server_flags, "--enable-metrics"] if metrics else server_flags
+    if args.ttft_probe_interval < 0:
+        p.error(f"--ttft-probe-interval must be >= 0 seconds, got {args.ttft_probe_interval}")
     args.configs = [c for c in args.configs.split(",") if c]
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     if not set(args.scenarios) <= {"closed", "bursty"}:

@@ -15,6 +15,7 @@ import re
 import shutil
 import statistics
 import sys
+import time
 import urllib.error
 from contextlib import contextmanager
 from typing import Callable
@@ -35,6 +36,7 @@ import output_spread  # noqa: E402
 import prompts  # noqa: E402
 import report  # noqa: E402
 import sweep  # noqa: E402
+import ttft_split  # noqa: E402
 import ttft_stages  # noqa: E402
 
 # --------------------------------------------------------------------------- prompts
@@ -472,14 +474,18 @@ def run_dir(tmp_path: Path) -> Path:
                            "decode_only": {"lines": 5, "median_tok_s": 2910.0}} if c == 16 else None,
          "prefills": {"batches": 12, "requests": 80, "tokens": 40000} if c == 16 else None,
          "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None,
-         "cpu_busy": {"tokenizer": 0.9, "scheduler": 0.75, "detokenizer": 0.3} if c == 16 else {}}
+         "cpu_busy": {"tokenizer": 0.9, "scheduler": 0.75, "detokenizer": 0.3} if c == 16 else {},
+         "ttft_split": {"probes": 9, "tokenize": 2.0, "to_scheduler": 150.0, "queue": 10.0,
+                        "prefill": 40.0, "back": 30.0} if c == 16 else None}
         for c in GATE
     ] + [{"tag": "plain,c=16", "config": "plain", "max_concurrency": 16, "before": None,
           "after": None, "delta": None,  # a run from before decode_only was measured:
           "steady_decode": {"lines": 9, "median_tok_s": 3000.0},
           "prefills": {"batches": 9, "requests": 80, "tokens": 40000},
           "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None},
-          "cpu_busy": {"tokenizer": 0.45, "scheduler": 0.75}}
+          "cpu_busy": {"tokenizer": 0.45, "scheduler": 0.75},
+          "ttft_split": {"probes": 9, "tokenize": 2.0, "to_scheduler": 50.0, "queue": 10.0,
+                         "prefill": 40.0, "back": 30.0}}
     ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
           "after": {}, "delta": {"decode_steps_spec": 50, "decode_steps_plain": 60,
                                  "switches": 4}}])
@@ -542,6 +548,13 @@ def test_report_shows_each_processs_busiest_thread_against_plain(run_dir: Path) 
     assert "| gate-4 | 8 |" not in text.split("## Busiest thread")[1]  # nothing read at C = 8
 
 
+def test_report_shows_the_probes_ttft_split_against_plain(run_dir: Path) -> None:
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    section = text.split("## Time to first token across the server's processes")[1]
+    assert "| plain | 16 | 2.0 | 50.0 | 10.0 | 40.0 | 30.0 |" in section
+    assert "| gate-4 | 16 | 2.0 (1.00×) | 150.0 (3.00×) | 10.0 (1.00×) |" in section
+
+
 def test_report_takes_a_repeated_level_by_its_median_run(tmp_path: Path) -> None:
     run = tmp_path / "repeats"
     run.mkdir()
@@ -600,13 +613,20 @@ def test_ttft_stages_means_between_two_reads_of_the_metrics_page() -> None:
     assert means["ttft"] is None  # nothing observed in the level
 
 
-def test_ttft_stages_turn_metrics_on_for_every_server(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("flags", [["--ttft-stages"], ["--ttft-probe-interval", "2"]])
+def test_ttft_stages_and_probes_turn_metrics_on_for_every_server(tmp_path: Path, flags: list[str],
+                                                                 capsys: pytest.CaptureFixture) -> None:
     sweep.main(sweep_args(tmp_path, "--configs", "plain,gate", "--thresholds", "4",
-                          "--concurrency", "4", "--scenarios", "closed", "--ttft-stages",
-                          "--dry-run"))
+                          "--concurrency", "4", "--scenarios", "closed", *flags, "--dry-run"))
     servers = [line for line in capsys.readouterr().out.splitlines() if "sglang.launch_server" in line]
     assert len(servers) == 2 and all("--enable-metrics" in line for line in servers)
+
+
+def test_a_negative_probe_interval_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.parse_args(sweep_args(tmp_path, "--ttft-probe-interval", "-1"))
+    assert exit_info.value.code == 2
+    assert "--ttft-probe-interval must be >= 0 seconds, got -1.0" in capsys.readouterr().err
 
 
 # The shape py-spy 0.4 writes with --threads --idle -f raw (seen on a live process).
@@ -908,6 +928,48 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     [row] = report.load_jsonl(run.dir / "gate.jsonl")
     assert row["tag"] == "plain,c=16,rep=2" and row["max_concurrency"] == 16
     assert row["cpu_busy"] == {}  # no server process stood in (test_scheduler_sampling.py has one)
+    assert row["ttft_split"] is None  # no --ttft-probe-interval
+
+
+def test_a_probed_level_records_its_ttft_split(tmp_path: Path, monkeypatch) -> None:
+    """closed_level with --ttft-probe-interval: the probe runs while the client does (both stand
+    in; test_ttft_split.py has the probe against an HTTP server)."""
+    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16",
+                                                "--ttft-probe-interval", "0.01")))
+    run.logs.mkdir(parents=True)
+    (run.logs / "server-plain.log").write_text("")
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text(json.dumps({"conversations": [{"role": "user", "content": "q"},
+                                                     {"role": "assistant", "content": "a"}]}) + "\n")
+    monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
+    monkeypatch.setattr(sweep, "gate_snapshot", lambda url: None)
+    monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
+    probed = []
+    stamps = {"request_received_ts": 1.0, "api_server_dispatch_finish_ts": 1.001,
+              "forward_entry_time": 1.1, "queue_time": 0.05, "prefill_finished_time": 1.15,
+              "request_finished_ts": 1.2}
+
+    def post(url: str, payload: dict) -> dict:
+        probed.append((url, payload["text"]))
+        return {"meta_info": stamps}
+
+    monkeypatch.setattr(ttft_split, "post_generate", post)
+
+    class Client:  # the level lasts until two probes came back
+        def run(self, argv: list[str], log: Path) -> int:
+            deadline = time.monotonic() + 10
+            while len(probed) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            out = argv[argv.index("--output-file") + 1]
+            with open(out, "a") as f:
+                f.write(json.dumps(serving_row(argv[argv.index("--tag") + 1], 16, 1000.0)) + "\n")
+            return 0
+
+    sweep.closed_level(run, sweep.ServerConfig("plain", ()), Client(), 16, dataset)
+    [row] = report.load_jsonl(run.dir / "gate.jsonl")
+    assert probed[0] == ("http://127.0.0.1:30000", "q")
+    assert row["ttft_split"] == {"probes": len(probed), "tokenize": 1.0, "to_scheduler": 49.0,
+                                 "queue": 50.0, "prefill": 50.0, "back": 50.0}
 
 
 INTERLEAVED = ("--configs", "gate,plain", "--thresholds", "9", "--scenarios", "closed", "--concurrency", "128")
