@@ -255,7 +255,9 @@ def test_drive_follows_the_wave_and_drains(fake: FakeSGLang) -> None:
     assert sum(load.counts.values()) == len(results)
     assert {r.outcome for r in results} == {"completed", "aborted"}
     assert load.counts["aborted"] == sum(r.aborted for r in results) > 0
-    assert max(r.start_s for r in results) < 1.2
+    # None launched after the duration. A request created just before it starts running (and
+    # takes its start_s) at the loop's next await: CI once saw 1.20004 s.
+    assert max(r.start_s for r in results) < 1.2 + soak_load.TICK_S
     # The client's concurrency, from each request's start and end: 1 in the first half of a
     # period, 6 in the second (0 or 5 only in the instant between an end and the next start).
     low = [in_flight_at(results, t / 100) for t in range(5, 25)]
