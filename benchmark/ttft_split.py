@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 STAGES = ("tokenize", "to_scheduler", "queue", "prefill", "back")
-ONE_TOKEN = {"max_new_tokens": 1, "temperature": 0.0}
+ONE_GREEDY_TOKEN = {"max_new_tokens": 1, "temperature": 0.0}
 
 
 def split_ms(meta: dict) -> Optional[dict[str, float]]:
@@ -110,7 +110,7 @@ class Probe:
             prompt = self.prompts[sent % len(self.prompts)]
             sent += 1
             try:
-                result = self.post(self.url, {"text": prompt, "sampling_params": ONE_TOKEN})
+                result = self.post(self.url, {"text": prompt, "sampling_params": ONE_GREEDY_TOKEN})
             except OSError:  # refused, HTTP errors and timeouts: counted, the level goes on
                 self.errors += 1
                 continue
