@@ -111,7 +111,7 @@ class Probe:
             sent += 1
             try:
                 result = self.post(self.url, {"text": prompt, "sampling_params": ONE_GREEDY_TOKEN})
-            except OSError:  # refused, HTTP errors and timeouts: counted, the level goes on
+            except (OSError, ValueError):  # refused, HTTP error, timeout, not JSON: counted
                 self.errors += 1
                 continue
             split = split_ms(result.get("meta_info", {}))

@@ -91,11 +91,13 @@ def test_the_probe_sends_one_token_requests_until_closed(stamped: bool) -> None:
         assert summary == {"probes": 0, "errors": sent}  # said, not dropped
 
 
-def test_a_refused_probe_is_counted_and_the_level_goes_on() -> None:
-    def refused(url: str, payload: dict) -> dict:
-        raise ConnectionRefusedError(url)
+@pytest.mark.parametrize("failure", [ConnectionRefusedError("refused"), json.JSONDecodeError("no", "", 0)],
+                         ids=["refused", "not JSON"])
+def test_a_failed_probe_is_counted_and_the_level_goes_on(failure: Exception) -> None:
+    def failing(url: str, payload: dict) -> dict:
+        raise failure
 
-    with ttft_split.Probe("http://127.0.0.1:9", ["p"], interval_s=0.01, post=refused) as probe:
+    with ttft_split.Probe("http://127.0.0.1:9", ["p"], interval_s=0.01, post=failing) as probe:
         wait_until(lambda: probe.errors >= 2)
     assert probe.summary() == {"probes": 0, "errors": probe.errors}
 
