@@ -314,24 +314,6 @@ def against_plain_table(res: Results, field: str, keys: Iterable[str], headers: 
     return md_table(["config", "C", *headers], rows)
 
 
-def ttft_stages_table(res: Results) -> str:
-    """Each closed level's server-side mean per request of the TTFT stages, against plain's."""
-    return against_plain_table(res, "ttft_stages", ttft_stages.STAGES,
-                               [f"{stage} ms" for stage in ttft_stages.STAGES])
-
-
-def ttft_split_table(res: Results) -> str:
-    """Each closed level's median TTFT split of its probes, against plain's."""
-    return against_plain_table(res, "ttft_split", ttft_split.STAGES,
-                               [f"{stage} ms" for stage in ttft_split.STAGES])
-
-
-def cpu_busy_table(res: Results) -> str:
-    """Each closed level's busiest thread per server process, a share of one core."""
-    return against_plain_table(res, "cpu_busy", server_processes.ROLES, list(server_processes.ROLES),
-                               digits=2)
-
-
 def profile_table(profiles: dict[str, dict], unit: str, with_busy: bool) -> str:
     """GPU kernel time per ``unit`` (a decode step, a prefill wave) of each configuration."""
     plain = profiles.get("plain")
@@ -386,26 +368,40 @@ def prefill_interval_table(profiles: dict[str, dict]) -> str:
                     rows)
 
 
-# Sections of per-level measurements against plain's: (gate.jsonl field, title, table, caption).
+@dataclass(frozen=True)
+class LevelSection:
+    """Per-level measurements of gate.jsonl's ``field`` (a dict), tabled against plain's."""
+
+    field: str
+    keys: Iterable[str]  # reread for every row: a tuple or a dict
+    headers: list[str]
+    digits: int
+    title: str
+    caption: str
+
+
 LEVEL_SECTIONS = (
-    ("ttft_stages", "## Time to first token by stage, server side (`--ttft-stages`)", ttft_stages_table,
-     "Means per request over each level, from SGLang's histograms (`ttft_stages.py`). queue: "
-     "waiting to join a batch; prefill: from joining one until the scheduler processed its "
-     "prefill's result; ttft: the tokenizer manager's, the server's whole share. In brackets: "
-     "against plain at that C."),
-    ("ttft_split", "## Time to first token across the server's processes (`--ttft-probe-interval`)",
-     ttft_split_table,
-     "Medians over one-token greedy requests sent every few seconds during the level, split by "
-     "the stamps SGLang puts in their meta_info (`ttft_split.py`). tokenize: received until sent "
-     "to the scheduler; to_scheduler: until in its waiting queue; queue; prefill: until the "
-     "scheduler processed the prefill; back: until the tokenizer manager handled the output. "
-     "In brackets: against plain at that C."),
-    ("cpu_busy", "## Busiest thread of each server process", cpu_busy_table,
-     "CPU seconds of each process's busiest thread over the level, per second "
-     "(`server_processes.py`; 1.00: a whole core). tokenizer: the launched process (HTTP server "
-     "and tokenizer manager). Each is one Python event loop: one near 1.00 is where requests or "
-     "outputs queue. In brackets: against plain at that C."),
+    LevelSection("ttft_stages", ttft_stages.STAGES, [f"{s} ms" for s in ttft_stages.STAGES], 1,
+                 "## Time to first token by stage, server side (`--ttft-stages`)",
+                 "Means per request over each level, from SGLang's histograms (`ttft_stages.py`). "
+                 "queue: waiting to join a batch; prefill: from joining one until the scheduler "
+                 "processed its prefill's result; ttft: the tokenizer manager's, the server's "
+                 "whole share. In brackets: against plain at that C."),
+    LevelSection("ttft_split", ttft_split.STAGES, [f"{s} ms" for s in ttft_split.STAGES], 1,
+                 "## Time to first token across the server's processes (`--ttft-probe-interval`)",
+                 "Medians over one-token greedy requests sent every few seconds during the level, "
+                 "split by the stamps SGLang puts in their meta_info (`ttft_split.py`). tokenize: "
+                 "received until sent to the scheduler; to_scheduler: until in its waiting queue; "
+                 "queue; prefill: until the scheduler processed the prefill; back: until the "
+                 "tokenizer manager handled the output. In brackets: against plain at that C."),
+    LevelSection("cpu_busy", server_processes.ROLES, list(server_processes.ROLES), 2,
+                 "## Busiest thread of each server process",
+                 "CPU seconds of each process's busiest thread over the level, per second "
+                 "(`server_processes.py`; 1.00: a whole core). tokenizer: the launched process "
+                 "(HTTP server and tokenizer manager). Each is one Python event loop: one near "
+                 "1.00 is where requests or outputs queue. In brackets: against plain at that C."),
 )
+
 
 
 def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: float,
@@ -444,9 +440,11 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
                   "draft over the prompt too (about 6 % more prefill GPU time at 8B; "
                   "benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail)."]
-    for field, title, table, caption in LEVEL_SECTIONS:
-        if any(row.get(field) for row in res.gate.values()):
-            parts += [title, table(res), caption]
+    for section in LEVEL_SECTIONS:
+        if any(row.get(section.field) for row in res.gate.values()):
+            parts += [section.title, against_plain_table(res, section.field, section.keys,
+                                                         section.headers, section.digits),
+                      section.caption]
     if plot:
         parts.append(f"![throughput vs concurrency]({plot})")
     if "decode" in res.profiles:
