@@ -905,25 +905,41 @@ def test_repeated_levels_run_back_to_back_between_the_unreported_ones(
     assert {line.split("--output-file ")[1].split()[0] for line in bench[1:]} == {str(tmp_path / "run" / "raw.jsonl")}
 
 
-def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, monkeypatch) -> None:
-    """closed_level itself, on the CPU: the server and the client stand in (a server needs a
-    GPU); the sweep's code names, records and summarizes the level."""
-    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--repeat-levels", "2")))
+def stand_in_level_run(tmp_path: Path, monkeypatch, *flags: str) -> sweep.Run:
+    """A run whose closed_level can run on the CPU: no server answers (a server needs a GPU),
+    so the calls that read one stand in; the client stands in too (StandInClient)."""
+    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", *flags)))
     run.logs.mkdir(parents=True)
     (run.logs / "server-plain.log").write_text("")
     monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
     monkeypatch.setattr(sweep, "gate_snapshot", lambda url: None)
     monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
+    return run
 
-    class Client:  # the serving client appends its row to --output-file
-        def run(self, argv: list[str], log: Path) -> int:
-            log.write_text("")
-            tag, out = (argv[argv.index(flag) + 1] for flag in ("--tag", "--output-file"))
-            with open(out, "a") as f:
-                f.write(json.dumps(serving_row(tag, 16, 1000.0)) + "\n")
-            return 0
 
-    sweep.closed_level(run, sweep.ServerConfig("plain", ()), Client(), 16, tmp_path / "prompts.jsonl", rep=2)
+class StandInClient:
+    """The serving client: once ``until()`` holds (or after 10 s), it writes its log and
+    appends its row to --output-file."""
+
+    def __init__(self, until=lambda: True) -> None:
+        self.until = until
+
+    def run(self, argv: list[str], log: Path) -> int:
+        deadline = time.monotonic() + 10
+        while not self.until() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        log.write_text("")
+        tag, out = (argv[argv.index(flag) + 1] for flag in ("--tag", "--output-file"))
+        with open(out, "a") as f:
+            f.write(json.dumps(serving_row(tag, 16, 1000.0)) + "\n")
+        return 0
+
+
+def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, monkeypatch) -> None:
+    """closed_level itself, on the CPU: the sweep's code names, records and summarizes the level."""
+    run = stand_in_level_run(tmp_path, monkeypatch, "--repeat-levels", "2")
+    sweep.closed_level(run, sweep.ServerConfig("plain", ()), StandInClient(), 16,
+                       tmp_path / "prompts.jsonl", rep=2)
     assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
     [row] = report.load_jsonl(run.dir / "gate.jsonl")
     assert row["tag"] == "plain,c=16,rep=2" and row["max_concurrency"] == 16
@@ -932,18 +948,12 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
 
 
 def test_a_probed_level_records_its_ttft_split(tmp_path: Path, monkeypatch) -> None:
-    """closed_level with --ttft-probe-interval: the probe runs while the client does (both stand
-    in; test_ttft_split.py has the probe against an HTTP server)."""
-    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16",
-                                                "--ttft-probe-interval", "0.01")))
-    run.logs.mkdir(parents=True)
-    (run.logs / "server-plain.log").write_text("")
+    """closed_level with --ttft-probe-interval: the probe runs while the client does (the probe
+    against an HTTP server: test_ttft_split.py)."""
+    run = stand_in_level_run(tmp_path, monkeypatch, "--ttft-probe-interval", "0.01")
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text(json.dumps({"conversations": [{"role": "user", "content": "q"},
                                                      {"role": "assistant", "content": "a"}]}) + "\n")
-    monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
-    monkeypatch.setattr(sweep, "gate_snapshot", lambda url: None)
-    monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
     probed = []
     stamps = {"request_received_ts": 1.0, "api_server_dispatch_finish_ts": 1.001,
               "forward_entry_time": 1.1, "queue_time": 0.05, "prefill_finished_time": 1.15,
@@ -954,18 +964,9 @@ def test_a_probed_level_records_its_ttft_split(tmp_path: Path, monkeypatch) -> N
         return {"meta_info": stamps}
 
     monkeypatch.setattr(ttft_split, "post_generate", post)
-
-    class Client:  # the level lasts until two probes came back
-        def run(self, argv: list[str], log: Path) -> int:
-            deadline = time.monotonic() + 10
-            while len(probed) < 2 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            out = argv[argv.index("--output-file") + 1]
-            with open(out, "a") as f:
-                f.write(json.dumps(serving_row(argv[argv.index("--tag") + 1], 16, 1000.0)) + "\n")
-            return 0
-
-    sweep.closed_level(run, sweep.ServerConfig("plain", ()), Client(), 16, dataset)
+    # The level lasts until two probes came back.
+    sweep.closed_level(run, sweep.ServerConfig("plain", ()), StandInClient(lambda: len(probed) >= 2),
+                       16, dataset)
     [row] = report.load_jsonl(run.dir / "gate.jsonl")
     assert probed[0] == ("http://127.0.0.1:30000", "q")
     assert row["ttft_split"] == {"probes": len(probed), "tokenize": 1.0, "to_scheduler": 49.0,
