@@ -6,8 +6,8 @@ It starts the schedulers and the detokenizer as its children, each titled by set
 loop. A loop that kept its thread near 1.0 (a whole core) over a level is where requests or
 outputs queued.
 
-Why measure it: with plain decode steps, the gated server's time to first token doubled while
-its scheduler's own stages did not move
+Why measure it: on one host, the gated server's time to first token doubled while its
+scheduler's own stages did not move
 (benchmark/results/2026-12-01-offcost-8b-2.2-c128-plain-decode). Reading CPU times stops no
 process, unlike py-spy, so every measured level can carry it.
 """

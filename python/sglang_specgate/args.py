@@ -25,14 +25,9 @@ logger = logging.getLogger(__name__)
 THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
 DWELL_FLAG = "--speculative-gate-dwell-steps"
 REENABLE_FLAG = "--speculative-gate-reenable-threshold"
-OFF_STEP_FLAG = "--speculative-gate-off-step"
 THRESHOLD_ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
 DEFAULT_DWELL_STEPS = 8
 GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
-# How the target runs a decode step while the gate is off (plain_decode.py): its own decode
-# step and graphs, or upstream's one-token verify.
-OFF_STEP_DECODE, OFF_STEP_VERIFY = "decode", "verify"
-OFF_STEPS = (OFF_STEP_DECODE, OFF_STEP_VERIFY)
 
 
 class SpecGateConfigError(ValueError):
@@ -108,20 +103,6 @@ class GateServerArgs(ServerArgs):
         ),
         NS("spec"),
     ] = None
-    speculative_gate_off_step: A[
-        str,
-        Arg(
-            help=(
-                "How the target runs a decode step while the gate is off. decode (default): "
-                "the target's own decode step and CUDA graphs, as a plain server runs it. "
-                "verify: upstream's one-token verify, the path before plain decode steps "
-                "(to compare against, or to fall back to if plain steps misbehave on an "
-                "attention backend)."
-            ),
-            choices=list(OFF_STEPS),
-        ),
-        NS("spec"),
-    ] = OFF_STEP_DECODE
 
     def __post_init__(self):
         # Fields are writable until SGLang's resolution materializes them at the end of
@@ -154,11 +135,6 @@ class GateServerArgs(ServerArgs):
                     f"{REENABLE_FLAG} ({reenable}) must be <= {THRESHOLD_FLAG} "
                     f"({threshold}); lower it or leave it unset."
                 )
-        if self.speculative_gate_off_step not in OFF_STEPS:  # Engine kwargs skip argparse's choices
-            raise SpecGateConfigError(
-                f"{OFF_STEP_FLAG} must be one of {', '.join(OFF_STEPS)}, got "
-                f"{self.speculative_gate_off_step!r}; leave it unset for {OFF_STEP_DECODE}."
-            )
         self.speculative_disable_batch_threshold = threshold
         self.speculative_gate_dwell_steps = dwell
         self.speculative_gate_reenable_threshold = reenable
