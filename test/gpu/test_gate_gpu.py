@@ -196,6 +196,24 @@ def test_prompts_prefilled_while_off_leave_a_warm_draft_kv_cache(start_server, p
     assert all(a is not None and a >= 1.5 for a in accept), accept
 
 
+def test_logprob_requests_while_off(gated, design):
+    # Requests asking for logprobs while the gate is off: their one-token verify returns logprobs
+    # too, and its rows join the deferred draft KV like any other; tokens must stay exact.
+    load = prompts(seed=3)[: 3 * THRESHOLD]  # all at once: the batch is above N, the gate off
+    before = gated.gate_state()["decode_steps_plain"]
+
+    def request(prompt: list[int]) -> dict:
+        sampling = {"max_new_tokens": SHORT_TOKENS, "temperature": 0.0, "ignore_eos": True}
+        return sweep.http_json(gated.url + "/generate", {"input_ids": prompt, "return_logprob": True,
+                                                          "sampling_params": sampling}, timeout=600)
+
+    with ThreadPoolExecutor(max_workers=len(load)) as pool:
+        results = list(pool.map(request, load))
+    assert gated.gate_state()["decode_steps_plain"] > before
+    assert [r["output_ids"] for r in results] == [design.continuation(p[-1], SHORT_TOKENS) for p in load]
+    assert all(len(r["meta_info"]["output_token_logprobs"]) == SHORT_TOKENS for r in results)
+
+
 @pytest.fixture(scope="module")
 def sampled_results(gated):
     return ramping_load(gated, prompts(seed=1), long_tokens=LONG_TOKENS, short_tokens=40, bursts=BURSTS,
