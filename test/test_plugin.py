@@ -133,6 +133,16 @@ def test_doctor_passes(eagle_argv):
     assert "effective gate: threshold 16, re-enable <= 16 after 8 steps" in result.stdout
 
 
+def test_doctor_reports_server_arguments_that_do_not_resolve(tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    result = run_python(["-m", "sglang_specgate", "doctor", "--model-path", missing, "--device", "cuda",
+                         FLAG, "16"])
+    assert result.returncode == 1
+    assert "[FAIL] server arguments resolve: " in result.stdout and "no-such-model" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "doctor: 1 problem(s)" in result.stdout
+
+
 def test_doctor_fails_when_plugin_excluded():
     result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_PLUGINS": "other"})
     assert result.returncode == 1

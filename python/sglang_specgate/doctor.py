@@ -54,10 +54,15 @@ def run(server_argv: list[str]) -> int:
         if server_argv:
             from sglang.srt.server_args import prepare_server_args
 
-            args = prepare_server_args(server_argv)
-            cfg = args.gate_config()
-            state = f"threshold {cfg.threshold}" if cfg.enabled else "off (threshold 0)"
-            report(True, "effective gate", f"{state}, re-enable <= {cfg.reenable_threshold} "
-                   f"after {cfg.dwell_steps} steps")
+            try:
+                args = prepare_server_args(server_argv)
+            except Exception as e:  # what SGLang's resolution refuses (a missing model, no GPU)
+                # is a finding to report, not a crash of the doctor
+                report(False, "server arguments resolve", f"{type(e).__name__}: {e}")
+            else:
+                cfg = args.gate_config()
+                state = f"threshold {cfg.threshold}" if cfg.enabled else "off (threshold 0)"
+                report(True, "effective gate", f"{state}, re-enable <= {cfg.reenable_threshold} "
+                       f"after {cfg.dwell_steps} steps")
     print("doctor: " + ("all checks passed" if not problems else f"{len(problems)} problem(s)"))
     return 1 if problems else 0
