@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import statistics
 import threading
-import urllib.request
 from collections import deque
 from pathlib import Path
 from typing import Callable, Optional
@@ -68,10 +67,9 @@ def prompt_texts(dataset: Path, count: int) -> list[str]:
 
 
 def post_generate(url: str, payload: dict, timeout: float = 120) -> dict:
-    req = urllib.request.Request(url + "/generate", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
+    from sweep import http_json  # here: sweep imports this module
+
+    return http_json(url + "/generate", payload, timeout)
 
 
 class Probe:
