@@ -403,7 +403,6 @@ LEVEL_SECTIONS = (
 )
 
 
-
 def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: float,
              plot: Optional[str]) -> str:
     parts = [f"# Sweep: {', '.join(titles)}", setup_line(res)]
