@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft_extend_graphs
 from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
@@ -21,6 +22,7 @@ from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_specgate.deferred_draft_kv import DeferredDraftKV, capture_write_sizes, why_not_deferred
+from sglang_specgate.one_token_decode import use_decode_kernels
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
 
 HIDDEN = 6  # the target's aux hidden width the draft reads (3 layers x 2 here)
@@ -298,9 +300,12 @@ def test_the_write_graph_is_captured_above_the_request_pool_up_to_the_draft_widt
     upstream = draft_extend_graphs.get_batch_sizes_to_capture
     decode_sizes, _ = upstream(pool_of_16)
     assert max(decode_sizes) == 16  # upstream's clamp
-    # Triton's per-request index buffers, sized at the pool (the backend needs a GPU to build)
-    draft_backend = SimpleNamespace(kv_indptr=torch.zeros(17, dtype=torch.int32), window_kv_indptr=None,
-                                    qo_indptr=torch.zeros(17, dtype=torch.int64))
+    # A converted Triton backend with its per-request index buffers sized at the pool, set by
+    # hand: its __init__ allocates on the GPU.
+    draft_backend = object.__new__(TritonAttnBackend)
+    draft_backend.kv_indptr, draft_backend.window_kv_indptr = torch.zeros(17, dtype=torch.int32), None
+    draft_backend.qo_indptr = torch.zeros(17, dtype=torch.int64)
+    assert use_decode_kernels(draft_backend)
     with capture_write_sizes(4, draft_backend):
         write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)
     assert write_sizes == decode_sizes + [32, 48, 64]

@@ -1,20 +1,29 @@
 """The fast off path's attention switch, on CPU: which forwards it converts and how.
 
 The kernels themselves need a GPU (test/gpu and benchmark/results cover them); here a real
-ForwardBatch is built on CPU tensors and the backend class swap is checked on a real
-TritonAttnBackend instance created without running its GPU-allocating __init__.
+ForwardBatch is built on CPU tensors and the backend class swap is checked on real
+TritonAttnBackend and FlashInferAttnBackend instances created without running their
+GPU-allocating __init__ (the buffers the off state resizes are then set by hand, as CPU
+tensors shaped as __init__ makes them).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from sglang.srt.layers.attention.flashinfer_backend import (
+    FlashInferAttnBackend,
+    FlashInferIndicesUpdaterDecode,
+    FlashInferIndicesUpdaterPrefill,
+)
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
 from sglang_specgate.one_token_decode import (
     as_decode_batch,
     is_one_token_spec_forward,
+    read_one_entry,
+    take_rows,
     use_decode_kernels,
 )
 
@@ -49,6 +58,16 @@ def test_draft_extend_reads_one_cached_token():
     assert view.seq_lens_sum == 3
     # Where the KV is written is the batch's, untouched by the view.
     assert view.out_cache_loc is fb.out_cache_loc and fb.seq_lens.tolist() == [5, 9, 2]
+
+
+def test_draft_extend_without_host_lengths_gets_them():
+    """The off state's buffered writes carry no host lengths; FlashInfer would copy the
+    device ones back (a stream sync) to plan the forward."""
+    fb = batch(ForwardMode.DRAFT_EXTEND_V2)
+    fb.seq_lens_cpu, fb.seq_lens_sum = None, None
+    view = as_decode_batch(fb)
+    assert view.seq_lens_cpu.device.type == "cpu" and view.seq_lens_cpu.tolist() == [1, 1, 1]
+    assert view.seq_lens_sum == 3
 
 
 @pytest.mark.parametrize("mode, converted", [
@@ -87,6 +106,43 @@ def test_prefill_keeps_extend_kernels_and_verify_uses_decode(monkeypatch):
     assert calls == ["EXTEND", "extend", "DECODE", "decode", "DECODE", "decode"]
 
 
+def bare_flashinfer_backend(max_bs: int) -> FlashInferAttnBackend:
+    """Its buffers as __init__ sizes them at the CUDA-graph batch limit (one wrapper), and its
+    indices updaters holding them as theirs do."""
+    backend = object.__new__(FlashInferAttnBackend)
+    backend.kv_indptr = [torch.zeros(max_bs + 1, dtype=torch.int32)]
+    backend.kv_last_page_len = torch.ones(max_bs, dtype=torch.int32)
+    for name, updater_class in (("indices_updater_decode", FlashInferIndicesUpdaterDecode),
+                                ("indices_updater_prefill", FlashInferIndicesUpdaterPrefill)):
+        updater = object.__new__(updater_class)
+        updater.kv_indptr, updater.kv_last_page_len = backend.kv_indptr, backend.kv_last_page_len
+        setattr(backend, name, updater)
+    return backend
+
+
+def test_flashinfer_rows_reach_its_updaters():
+    backend = bare_flashinfer_backend(max_bs=16)
+    assert use_decode_kernels(backend)
+    assert type(backend).__name__ == "OneTokenDecodeFlashInferAttnBackend"
+    take_rows(backend, 64)
+    assert backend.kv_indptr[0].shape == (65,)
+    assert backend.kv_last_page_len.shape == (64,) and backend.kv_last_page_len.eq(1).all()
+    for updater in (backend.indices_updater_decode, backend.indices_updater_prefill):
+        # The decode path plans with the updater's references, not the backend's.
+        assert updater.kv_indptr is backend.kv_indptr
+        assert updater.kv_last_page_len is backend.kv_last_page_len
+    take_rows(backend, 8)  # never shrinks
+    assert backend.kv_indptr[0].shape == (65,) and backend.kv_last_page_len.shape == (64,)
+
+
+def test_flashinfer_reads_one_entry_by_its_plan():
+    backend = bare_flashinfer_backend(max_bs=4)
+    use_decode_kernels(backend)
+    before = dict(vars(backend))
+    read_one_entry(backend)
+    assert vars(backend) == before
+
+
 def test_unverified_backend_is_left_alone(caplog):
     class SomeOtherBackend(TritonAttnBackend):
         pass
@@ -95,4 +151,4 @@ def test_unverified_backend_is_left_alone(caplog):
     assert not use_decode_kernels(backend)
     assert type(backend) is SomeOtherBackend
     assert "not verified for the fast off path" in caplog.text
-    assert "--attention-backend triton" in caplog.text  # the fix, named
+    assert "--attention-backend triton or flashinfer" in caplog.text  # the fix, named

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
 logger = logging.getLogger(__name__)
-
-# Backends whose decode path has served the off state on a GPU through real SGLang
-# (benchmark/results/2026-11-30-gate-smoke-1b). Others keep upstream's extend kernels, with a
-# warning, until the same run and test/gpu pass on them (and take_rows knows their buffers).
-VERIFIED_BACKENDS = frozenset({"TritonAttnBackend"})
 
 
 def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
@@ -50,41 +47,95 @@ def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
             view.seq_lens_sum = forward_batch.seq_lens_sum + forward_batch.batch_size
     elif mode.is_draft_extend_v2():
         view.seq_lens = torch.ones_like(forward_batch.seq_lens)
-        if forward_batch.seq_lens_cpu is not None:
-            view.seq_lens_cpu = torch.ones_like(forward_batch.seq_lens_cpu)
-        if forward_batch.seq_lens_sum is not None:
-            view.seq_lens_sum = forward_batch.batch_size
+        # Known on the host whatever the batch carries (the off state's buffered writes carry
+        # none): a backend that plans on host lengths (FlashInfer) would copy them from the GPU.
+        view.seq_lens_cpu = torch.ones(forward_batch.batch_size, dtype=torch.int64)
+        view.seq_lens_sum = forward_batch.batch_size
     view.forward_mode = ForwardMode.DECODE
     view.spec_info = None
     return view
 
 
-def read_one_entry(backend) -> None:
-    """Launch a converted backend's split-KV decode one split wide: for the off state's draft
-    extend, which reads one KV entry per request (``as_decode_batch``).
-
-    Triton launches the split-KV grid ``max_kv_splits`` wide whatever the length read, and the
-    extra splits only launch empty blocks: that one-token attention cost 36 us a step, over half
-    of a target layer's 62 us (8B, batch 64: benchmark/results/2026-11-30-offcost-8b-2.2).
-    Call it before the backend allocates its split buffers (graph capture, or each eager
-    forward's metadata): the kernel asserts they are ``max_kv_splits`` wide.
-    """
+def _triton_reads_one_entry(backend) -> None:
+    """Triton launches the split-KV grid ``max_kv_splits`` wide whatever the length read, and
+    the extra splits only launch empty blocks: that one-token attention cost 36 us a step, over
+    half of a target layer's 62 us (8B, batch 64: benchmark/results/2026-11-30-offcost-8b-2.2).
+    Set before the backend allocates its split buffers (graph capture, or each eager forward's
+    metadata): the kernel asserts they are ``max_kv_splits`` wide."""
     backend.max_kv_splits = 1
+
+
+def _plans_from_host_lengths(backend) -> None:
+    """FlashInfer plans each decode forward's splits from the host lengths (``as_decode_batch``
+    gives the draft extend's as ones, flashinfer_backend.py:1684-1689), so a one-entry read is
+    planned one split wide already."""
 
 
 # Triton's per-request index buffers, sized at the request pool when the backend is built
 # (triton_backend.py:272-290); a batch of bs requests uses bs + 1 entries.
-PER_REQUEST_BUFFERS = ("kv_indptr", "window_kv_indptr", "qo_indptr", "mask_indptr")
+TRITON_PER_REQUEST_BUFFERS = ("kv_indptr", "window_kv_indptr", "qo_indptr", "mask_indptr")
+
+
+def _triton_take_rows(backend, rows: int) -> None:
+    for name in TRITON_PER_REQUEST_BUFFERS:
+        buffer = getattr(backend, name, None)
+        if buffer is not None and buffer.shape[0] < rows + 1:
+            setattr(backend, name, buffer.new_zeros(rows + 1))
+
+
+def _flashinfer_take_rows(backend, rows: int) -> None:
+    """FlashInfer's decode path reads one indptr per wrapper, from a list its indices
+    updaters share, and a last-page-length buffer (all ones, one token a page) that each
+    updater holds by reference; all are sized at the CUDA-graph batch limit
+    (flashinfer_backend.py:438-458, 1488-1489, 1759-1760)."""
+    for i, indptr in enumerate(backend.kv_indptr):
+        if indptr.shape[0] < rows + 1:
+            backend.kv_indptr[i] = indptr.new_zeros(rows + 1)
+    if backend.kv_last_page_len.shape[0] < rows:
+        backend.kv_last_page_len = backend.kv_last_page_len.new_ones(rows)
+        for name in ("indices_updater_decode", "indices_updater_prefill"):
+            updater = getattr(backend, name, None)
+            if updater is not None:
+                updater.kv_last_page_len = backend.kv_last_page_len
+
+
+@dataclass(frozen=True)
+class DecodePathSupport:
+    """What the off state does to a backend instance besides routing one-token forwards to its
+    decode path: make the draft extend's decode read one cached entry, and give the draft
+    extend's buffers room for more rows than requests (deferred_draft_kv.py)."""
+
+    read_one_entry: Callable[[Any], None]
+    take_rows: Callable[[Any, int], None]
+
+
+# Backends, by class name, whose decode path has served the off state on a GPU through real
+# SGLang with test/gpu passing (Triton: benchmark/results/2026-11-30-gate-smoke-1b; FlashInfer:
+# 2026-12-02-flashinfer-off-path). Others keep upstream's extend kernels, with a warning.
+VERIFIED_BACKENDS = {
+    "TritonAttnBackend": DecodePathSupport(_triton_reads_one_entry, _triton_take_rows),
+    "FlashInferAttnBackend": DecodePathSupport(_plans_from_host_lengths, _flashinfer_take_rows),
+}
+VERIFIED_BACKEND_FLAGS = "--attention-backend triton or flashinfer"
+
+
+def _support(backend) -> DecodePathSupport:
+    cls = type(backend)
+    upstream = cls.__mro__[1] if cls in _decode_classes.values() else cls
+    return VERIFIED_BACKENDS[upstream.__name__]
+
+
+def read_one_entry(backend) -> None:
+    """Launch a converted backend's decode one split wide: for the off state's draft extend,
+    which reads one KV entry per request (``as_decode_batch``)."""
+    _support(backend).read_one_entry(backend)
 
 
 def take_rows(backend, rows: int) -> None:
     """Let a converted backend's one-token forwards hold ``rows`` rows, more than the request
     pool when each row is a (request, decode step) pair (deferred_draft_kv.py). Only for a
     backend built for the off state's draft extend alone, before its graph is captured."""
-    for name in PER_REQUEST_BUFFERS:
-        buffer = getattr(backend, name, None)
-        if buffer is not None and buffer.shape[0] < rows + 1:
-            setattr(backend, name, buffer.new_zeros(rows + 1))
+    _support(backend).take_rows(backend, rows)
 
 
 def is_one_token_spec_forward(forward_batch: ForwardBatch) -> bool:
@@ -138,8 +189,9 @@ def use_decode_kernels(backend) -> bool:
         logger.warning(
             "spec gate: attention backend %s is not verified for the fast off path; "
             "speculation-off steps use upstream's steps-0 kernels (slower). For the fast path, "
-            "start with --attention-backend triton.",
+            "start with %s.",
             cls.__name__,
+            VERIFIED_BACKEND_FLAGS,
         )
         return False
     if cls not in _decode_classes:

@@ -21,8 +21,11 @@ KV_PROBE_OFFSET = 16
 BURST_GAP_S = 0.5
 SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
-# The kit ships only Triton attention and no grammar backends (shared/gpu/README.md).
-COMMON_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
+# A backend the fast off path is verified on (one_token_decode.VERIFIED_BACKENDS); the kit has
+# no FA3 and no grammar backends (shared/gpu/README.md), and FlashInfer's kernels build only with
+# its vendored CCCL (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit).
+ATTENTION_BACKEND = os.environ.get("SPECGATE_GPU_ATTENTION_BACKEND", "triton")
+COMMON_FLAGS = ["--attention-backend", ATTENTION_BACKEND, "--sampling-backend", "pytorch",
                 "--grammar-backend", "none", "--max-running-requests", "64",
                 "--cuda-graph-max-bs", "64",
                 # The gated server stays up while plain and spec run beside it on one GPU;
