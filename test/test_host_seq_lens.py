@@ -142,22 +142,33 @@ def publishing_upstream(steps, accepted):
     return forward_batch_generation
 
 
-def gated_worker(disaggregation_mode="null") -> GatedEAGLEWorkerV2:
+def gated_worker(disaggregation_mode="null", needs_host_lengths=(False, True, False)) -> GatedEAGLEWorkerV2:
+    """The worker's fields the mirror reads; ``needs_host_lengths``: its target, draft and
+    draft-extend backends' ``needs_cpu_seq_lens``."""
     worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
-    worker.server_args = SimpleNamespace(disaggregation_mode=disaggregation_mode)
-    worker._draft_worker = SimpleNamespace(alloc_memory_pool=lambda **kwargs: None)
+    worker.server_args = SimpleNamespace(disaggregation_mode=disaggregation_mode,
+                                         enable_two_batch_overlap=False, speculative_algorithm="EAGLE3")
+    target, draft, draft_extend = (SimpleNamespace(needs_cpu_seq_lens=n) for n in needs_host_lengths)
+    worker._target_worker = SimpleNamespace(model_runner=SimpleNamespace(attn_backend=target))
+    worker._draft_worker = SimpleNamespace(init_attention_backends=lambda: None, draft_attn_backend=draft,
+                                           draft_extend_attn_backend=draft_extend)
+    worker.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(POOL, 64, dtype=torch.int32))
     return worker
 
 
-def test_the_gated_worker_installs_the_mirror_at_the_request_pool(monkeypatch):
+@pytest.mark.parametrize("worker, installed", [
+    (gated_worker(), True),
+    # Triton and FA3 need no host lengths: the scheduler never copies them, nothing to mirror.
+    (gated_worker(needs_host_lengths=(False, False, False)), False),
+    # PD disaggregation publishes lengths outside the worker: upstream's copy.
+    (gated_worker("decode"), False),
+], ids=["needs host lengths", "needs none", "pd disaggregation"])
+def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths(monkeypatch, worker, installed):
     monkeypatch.setattr(host_seq_lens, "mirror", None)
-    pool = SimpleNamespace(req_to_token=torch.zeros(POOL, 64, dtype=torch.int32))
-    gated_worker().alloc_memory_pool(req_to_token_pool=pool, token_to_kv_pool_allocator=None)
-    assert host_seq_lens.mirror.known.shape == (POOL,)
-    # PD disaggregation publishes lengths outside the worker: no mirror, upstream's copy.
-    monkeypatch.setattr(host_seq_lens, "mirror", None)
-    gated_worker("decode").alloc_memory_pool(req_to_token_pool=pool, token_to_kv_pool_allocator=None)
-    assert host_seq_lens.mirror is None
+    worker.init_attention_backends()
+    assert (host_seq_lens.mirror is not None) is installed
+    if installed:
+        assert host_seq_lens.mirror.known.shape == (POOL,)  # a slot per request-pool row
 
 
 @pytest.mark.parametrize("steps, accepted, known", [(PLAIN_STEPS, 1, [11, 21]), (3, 2, None)])

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 
 from sglang.srt.environ import envs
 from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
+from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
@@ -181,11 +182,15 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             self.deferred_draft_kv = DeferredDraftKV(runner)
         return state
 
-    def alloc_memory_pool(self, *args, **kwargs) -> None:
-        super().alloc_memory_pool(*args, **kwargs)
+    def init_attention_backends(self) -> None:
+        super().init_attention_backends()
+        # Only where the scheduler copies host lengths back, by its own decision on these
+        # backends (scheduler.py:1414-1426); elsewhere recording them would be per-step waste.
         # PD disaggregation publishes lengths outside the worker (eagle_disaggregation.py:75),
         # which the mirror would miss: it keeps upstream's copy.
-        if self.server_args.disaggregation_mode == "null":
+        if self.server_args.disaggregation_mode == "null" and decide_needs_cpu_seq_lens(
+            self.server_args, self.spec_v2_attn_backends
+        ):
             host_seq_lens.install(self.req_to_token_pool.req_to_token.shape[0])
 
     def forward_batch_generation(self, batch, on_publish=None, **kwargs):
