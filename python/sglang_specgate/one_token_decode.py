@@ -119,23 +119,17 @@ VERIFIED_BACKENDS = {
 VERIFIED_BACKEND_FLAGS = "--attention-backend triton or flashinfer"
 
 
-def _support(backend) -> DecodePathSupport:
-    cls = type(backend)
-    upstream = cls.__mro__[1] if cls in _decode_classes.values() else cls
-    return VERIFIED_BACKENDS[upstream.__name__]
-
-
 def read_one_entry(backend) -> None:
     """Launch a converted backend's decode one split wide: for the off state's draft extend,
     which reads one KV entry per request (``as_decode_batch``)."""
-    _support(backend).read_one_entry(backend)
+    type(backend).decode_path_support.read_one_entry(backend)
 
 
 def take_rows(backend, rows: int) -> None:
     """Let a converted backend's one-token forwards hold ``rows`` rows, more than the request
     pool when each row is a (request, decode step) pair (deferred_draft_kv.py). Only for a
     backend built for the off state's draft extend alone, before its graph is captured."""
-    _support(backend).take_rows(backend, rows)
+    type(backend).decode_path_support.take_rows(backend, rows)
 
 
 def is_one_token_spec_forward(forward_batch: ForwardBatch) -> bool:
@@ -156,6 +150,9 @@ def _one_token_decode_class(base: type) -> type:
         return as_decode_batch(forward_batch) if is_one_token_spec_forward(forward_batch) else forward_batch
 
     class OneTokenDecode(base):
+        # read_one_entry and take_rows dispatch on it: they are only called on converted backends.
+        decode_path_support = VERIFIED_BACKENDS[base.__name__]
+
         def init_forward_metadata(self, forward_batch: ForwardBatch):
             super().init_forward_metadata(decode_view(forward_batch))
 
