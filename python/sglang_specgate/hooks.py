@@ -169,6 +169,38 @@ HOOKS: tuple[Hook, ...] = (
         "test_sglangs_loop_indexes_the_tensor_per_request fails then, by design.",
     ),
     Hook(
+        target="sglang.srt.managers.overlap_utils.FutureMap.resolve_seq_lens_cpu",
+        kind="AROUND",
+        implementation="sglang_specgate.host_seq_lens:resolve_with_host_lengths",
+        why="With a backend that plans on host lengths (FlashInfer), spec-v2 copies each "
+        "step's new sequence lengths back from the GPU and waits for them before preparing "
+        "the next step; off, no draft work hides that wait, and the GPU idled 41 % of each off "
+        "step (8B, C = 64, benchmark/results/2026-12-02-flashinfer-off-path). After a plain "
+        "step or a prefill the host knows those lengths.",
+        how="Where the scheduler's own decision (decide_needs_cpu_seq_lens on the worker's "
+        "backends) asks for host lengths, the gated worker (init_attention_backends) installs "
+        "a per-process mirror of the lengths each forward publishes, recorded through the "
+        "on_publish callback it wraps "
+        "(forward_batch_generation): a prefill's own, a plain step's plus one, a speculative "
+        "step's unknown. For a batch whose slots are all known, call the original with "
+        "needs_cpu_seq_lens off (upstream's GPU-only path: stream wait, device gather) and set "
+        "seq_lens_cpu and seq_lens_sum from the mirror; otherwise the original unchanged. "
+        "Inactive without the gate, under PD disaggregation, and for backends that need no "
+        "host lengths (Triton, FA3).",
+        upstream="srt/managers/overlap_utils.py:412-468 (resolve_seq_lens_cpu: the GPU-only "
+        "branch :436-446, the copy and its wait :448-466), :470-490 (publish); managers/scheduler.py:"
+        "3561 (resolve before each forward), :3580-3595 (on_publish into the worker); "
+        "speculative/eagle_worker_v2.py:1117-1122 (a prefill publishes batch.seq_lens), "
+        ":1179-1181 (a decode step publishes after verify), eagle_worker_common.py:589 "
+        "(new_seq_lens = seq_lens + accept_lens); speculative/base_spec_worker.py:191-193 "
+        "(init_attention_backends, after the pools), managers/scheduler.py:981-984 (pools, "
+        "then backends), :1414-1426 (the FutureMap's needs_cpu_seq_lens); "
+        "managers/schedule_batch.py:2218, :2314-2323 (a prefill's host "
+        "lengths), :3075, :3134-3136 (filter and merge keep them).",
+        removal="When spec-v2 keeps host lengths itself for steps whose accept lengths are "
+        "known (the steps-0 state), or publishes them without a blocking copy.",
+    ),
+    Hook(
         target="sglang.srt.managers.scheduler.Scheduler.get_internal_state",
         kind="AFTER",
         implementation="sglang_specgate.observability:add_gate_state",

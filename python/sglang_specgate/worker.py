@@ -13,7 +13,10 @@ steps (deferred_draft_kv.py) instead of replaying that graph each step, and so d
 off, one row per prompt token, instead of running the draft over the prompt; for that the graph
 is also captured at batch sizes above the decode batch's largest. Switching is upstream's
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
-acceptance EMA. What the off state still costs against a plain server (Triton):
+acceptance EMA. For backends that plan on host sequence lengths (FlashInfer), the worker
+records the lengths each forward publishes where the host knows them, so the scheduler need not
+wait for the GPU's copy after a plain step (host_seq_lens.py). What the off state still costs
+against a plain server (Triton):
 benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows, and at C = 128
 2026-12-02-offcost-8b-2.2-c128-three-way, where the target's own decode step instead of the
 one-token verify was measured no faster, and removed.
@@ -28,10 +31,12 @@ from types import SimpleNamespace
 
 from sglang.srt.environ import envs
 from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
+from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
+from sglang_specgate import host_seq_lens
 from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError
 from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture_write_sizes, why_not_deferred
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
@@ -176,6 +181,30 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         else:
             self.deferred_draft_kv = DeferredDraftKV(runner)
         return state
+
+    def init_attention_backends(self) -> None:
+        super().init_attention_backends()
+        # Only where the scheduler copies host lengths back, by its own decision on these
+        # backends (scheduler.py:1414-1426); elsewhere recording them would be per-step waste.
+        # PD disaggregation publishes lengths outside the worker (eagle_disaggregation.py:75),
+        # which the mirror would miss: it keeps upstream's copy.
+        if self.server_args.disaggregation_mode == "null" and decide_needs_cpu_seq_lens(
+            self.server_args, self.spec_v2_attn_backends
+        ):
+            host_seq_lens.install(self.req_to_token_pool.req_to_token.shape[0])
+
+    def forward_batch_generation(self, batch, on_publish=None, **kwargs):
+        mirror = host_seq_lens.mirror
+        if on_publish is not None and mirror is not None:
+            publish = on_publish
+
+            def on_publish(new_seq_lens):
+                publish(new_seq_lens)
+                # Read when upstream publishes, after activate_step_by_batch chose the step.
+                plain = self.speculative_num_steps == PLAIN_STEPS
+                mirror.published(batch.req_pool_indices_cpu, host_seq_lens.published_lengths(batch, plain))
+
+        return super().forward_batch_generation(batch, on_publish=on_publish, **kwargs)
 
     def activate_step_by_batch(self, batch_size: int) -> None:
         super().activate_step_by_batch(batch_size)

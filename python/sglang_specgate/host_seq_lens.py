@@ -1,0 +1,90 @@
+"""While speculation is off, the host knows each request's sequence length without asking the GPU.
+
+Spec-v2 cannot know on the host how many tokens a verify accepted, so before each decode step
+the scheduler copies back the lengths the previous step published and waits for them
+(``FutureMap.resolve_seq_lens_cpu``, overlap_utils.py:412-468), for attention backends that plan
+on host lengths (``needs_cpu_seq_lens``: FlashInfer; Triton and FA3 opt out). The wait ends the
+overlap scheduler's lead: the host prepares step n+1 only once step n's verify has run, and the
+GPU idles meanwhile, 41 % of each off step on FlashInfer (8B, C = 64,
+benchmark/results/2026-12-02-flashinfer-off-path). A speculative step hides that behind its draft
+work; a plain step has none. But a plain step accepts exactly its one token, and a prefill
+publishes its batch's own lengths, so after either the host knows what the GPU publishes, as a
+plain server's scheduler does (schedule_batch.py:2988, ``seq_lens_cpu + 1``).
+
+``HostSeqLens`` mirrors, per request-pool slot, what each forward publishes when the host knows
+it; the gated worker records at every publish. For a batch whose every slot is known,
+``resolve_with_host_lengths`` takes upstream's GPU-only path for the device lengths and the
+mirror's for the host ones: no copy, no wait. Any other batch, the first after a speculative
+step among them, resolves as upstream does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# The process's mirror: one scheduler, and so one gated worker, per process (each TP rank has its
+# own, and they record the same lengths). Set by the gated worker; None leaves resolve upstream's.
+mirror: HostSeqLens | None = None
+
+
+class HostSeqLens:
+    def __init__(self, pool_size: int):
+        self.lengths = torch.zeros(pool_size, dtype=torch.int64)
+        self.known = torch.zeros(pool_size, dtype=torch.bool)
+
+    def published(self, req_pool_indices_cpu: torch.Tensor, lengths_cpu: torch.Tensor | None) -> None:
+        """A forward published these slots' lengths: ``lengths_cpu``, or None if the host
+        does not know them (a speculative verify's)."""
+        if lengths_cpu is None:
+            self.known[req_pool_indices_cpu] = False
+        else:
+            self.lengths[req_pool_indices_cpu] = lengths_cpu
+            self.known[req_pool_indices_cpu] = True
+
+    def lookup(self, req_pool_indices_cpu: torch.Tensor | None) -> torch.Tensor | None:
+        """The slots' last published lengths (a copy), or None unless the host knows them all."""
+        if req_pool_indices_cpu is None or not bool(self.known[req_pool_indices_cpu].all()):
+            return None
+        return self.lengths[req_pool_indices_cpu]
+
+
+def install(pool_size: int) -> HostSeqLens:
+    global mirror
+    mirror = HostSeqLens(pool_size)
+    return mirror
+
+
+def published_lengths(batch, plain_step: bool) -> torch.Tensor | None:
+    """What the forward of ``batch`` publishes as its new lengths, where the host knows it:
+    a prefill publishes the batch's lengths (eagle_worker_v2.py:1119), a plain step its
+    lengths plus the one token it accepts (new_seq_lens = seq_lens + accept_lens,
+    eagle_worker_common.py:589)."""
+    if batch.seq_lens_cpu is None:
+        return None
+    if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+        return batch.seq_lens_cpu
+    return batch.seq_lens_cpu + 1 if plain_step else None
+
+
+def resolve_with_host_lengths(original, future_map, batch) -> None:
+    """AROUND hook on ``sglang.srt.managers.overlap_utils.FutureMap.resolve_seq_lens_cpu``."""
+    spec_info = batch.spec_info
+    lengths = None
+    if (
+        mirror is not None
+        and future_map.needs_cpu_seq_lens
+        and spec_info is not None
+        and spec_info.future_indices is not None
+    ):
+        lengths = mirror.lookup(batch.req_pool_indices_cpu)
+    if lengths is None:
+        return original(future_map, batch)
+    # Upstream's own path for backends that need no host lengths: the schedule stream waits on
+    # the publish and gathers the device lengths; only the host copy is skipped.
+    future_map.needs_cpu_seq_lens = False
+    try:
+        original(future_map, batch)
+    finally:
+        future_map.needs_cpu_seq_lens = True
+    batch.seq_lens_cpu = lengths
+    batch.seq_lens_sum = int(lengths.sum())

@@ -1,0 +1,189 @@
+"""Host sequence lengths while off (host_seq_lens.py), on CPU.
+
+SGLang's real FutureMap runs here on CPU tensors (there it has no copy stream and takes its
+bootstrap copy, ``seq_lens.cpu()``, where a GPU server waits on a device-to-host copy). Batches
+are stand-ins carrying the fields resolve and the worker read; the worker's upstream forward is a
+stand-in that publishes as upstream's does (a real one needs models on a GPU).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from sglang.srt.managers.overlap_utils import FutureMap
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+from sglang_specgate import host_seq_lens
+from sglang_specgate.host_seq_lens import HostSeqLens, published_lengths, resolve_with_host_lengths
+from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
+
+POOL = 8
+
+
+def batch(slots, lengths, mode=ForwardMode.DECODE):
+    slots = torch.tensor(slots)
+    return SimpleNamespace(
+        forward_mode=mode, is_extend_in_batch=False,
+        req_pool_indices=slots, req_pool_indices_cpu=slots.clone(),
+        seq_lens=torch.tensor(lengths), seq_lens_cpu=torch.tensor(lengths), seq_lens_sum=sum(lengths),
+        spec_info=SimpleNamespace(future_indices=slots),
+    )
+
+
+def future_map(needs_cpu_seq_lens=True) -> FutureMap:
+    pool = SimpleNamespace(req_to_token=torch.zeros(POOL, 64, dtype=torch.int32))
+    return FutureMap(torch.device("cpu"), SpeculativeAlgorithm.from_string("EAGLE3"), pool,
+                     needs_cpu_seq_lens=needs_cpu_seq_lens)
+
+
+@pytest.fixture
+def mirror(monkeypatch):
+    monkeypatch.setattr(host_seq_lens, "mirror", None)
+    return host_seq_lens.install(POOL)
+
+
+def test_what_the_host_knows_a_forward_publishes():
+    prefill = batch([1, 2], [10, 20], ForwardMode.EXTEND)
+    assert published_lengths(prefill, plain_step=False).tolist() == [10, 20]
+    step = batch([1, 2], [10, 20])
+    assert published_lengths(step, plain_step=True).tolist() == [11, 21]
+    assert published_lengths(step, plain_step=False) is None  # a verify's accept lengths
+    step.seq_lens_cpu = None  # merge_batch drops the mirror when one side has none
+    assert published_lengths(step, plain_step=True) is None
+
+
+def test_a_batch_is_known_only_if_all_its_slots_are():
+    lens = HostSeqLens(POOL)
+    lens.published(torch.tensor([1, 2]), torch.tensor([11, 21]))
+    assert lens.lookup(torch.tensor([2, 1])).tolist() == [21, 11]
+    assert lens.lookup(torch.tensor([1, 3])) is None
+    lens.published(torch.tensor([2]), None)
+    assert lens.lookup(torch.tensor([1, 2])) is None
+    assert lens.lookup(None) is None
+    # a copy: later publishes do not reach a resolved batch's lengths
+    resolved = lens.lookup(torch.tensor([1]))
+    lens.published(torch.tensor([1]), torch.tensor([12]))
+    assert resolved.tolist() == [11]
+
+
+def resolve_both_ways(fm: FutureMap, slots, stale_lengths):
+    """The hook's resolve of a batch, upstream's of its twin, and what the hook's original saw."""
+    seen = []
+
+    def original(future_map, b):
+        seen.append(future_map.needs_cpu_seq_lens)
+        FutureMap.resolve_seq_lens_cpu(future_map, b)
+
+    ours, upstream = batch(slots, stale_lengths), batch(slots, stale_lengths)
+    resolve_with_host_lengths(original, fm, ours)
+    fm._publish_fresh = True  # SGLang's debug bookkeeping: one resolve per publish
+    FutureMap.resolve_seq_lens_cpu(fm, upstream)
+    return ours, upstream, seen
+
+
+def test_after_plain_steps_resolve_takes_the_mirror_and_skips_the_copy(mirror):
+    fm = future_map()
+    prefill = batch([1, 2], [10, 20], ForwardMode.EXTEND)
+    fm.publish(prefill.req_pool_indices, prefill.seq_lens)
+    mirror.published(prefill.req_pool_indices_cpu, published_lengths(prefill, plain_step=False))
+    step = batch([1, 2], [10, 20])
+    fm.publish(step.req_pool_indices, step.seq_lens + 1)  # a one-token verify accepts 1
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+
+    ours, upstream, seen = resolve_both_ways(fm, [2, 1], [0, 0])
+    assert seen == [False]  # upstream's GPU-only path: no copy back, no wait
+    assert fm.needs_cpu_seq_lens  # restored
+    assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [21, 11]
+    assert ours.seq_lens.tolist() == upstream.seq_lens.tolist() == [21, 11]
+    assert ours.seq_lens_sum == upstream.seq_lens_sum == 32
+
+
+def test_after_a_speculative_step_resolve_is_upstreams(mirror):
+    fm = future_map()
+    step = batch([1, 2], [10, 20])
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+    fm.publish(step.req_pool_indices, step.seq_lens + torch.tensor([3, 1]))  # accepted 3 and 1
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=False))
+    ours, upstream, seen = resolve_both_ways(fm, [1, 2], [0, 0])
+    assert seen == [True]
+    assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [13, 21]
+
+
+@pytest.mark.parametrize("case", ["no mirror", "backend needs no host lengths", "no future indices"])
+def test_resolve_is_upstreams_where_the_mirror_does_not_apply(mirror, monkeypatch, case):
+    fm = future_map(needs_cpu_seq_lens=case != "backend needs no host lengths")
+    step = batch([1], [10])
+    fm.publish(step.req_pool_indices, step.seq_lens + 1)
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+    if case == "no mirror":
+        monkeypatch.setattr(host_seq_lens, "mirror", None)
+    seen = []
+    b = batch([1], [0])
+    if case == "no future indices":
+        b.spec_info.future_indices = None
+    resolve_with_host_lengths(lambda f, x: seen.append("upstream"), fm, b)
+    assert seen == ["upstream"]
+
+
+def publishing_upstream(steps, accepted):
+    """EAGLEWorkerV2.forward_batch_generation as far as publishing goes: it chooses the step
+    (activate_step_by_batch), then publishes the new lengths (eagle_worker_v2.py:1117-1181)."""
+
+    def forward_batch_generation(worker, b, on_publish=None, grammar_barrier=None):
+        worker.speculative_num_steps = steps
+        if on_publish is not None:
+            on_publish(b.seq_lens if b.forward_mode.is_extend() else b.seq_lens + accepted)
+        return "result"
+
+    return forward_batch_generation
+
+
+def gated_worker(disaggregation_mode="null", needs_host_lengths=(False, True, False)) -> GatedEAGLEWorkerV2:
+    """The worker's fields the mirror reads; ``needs_host_lengths``: its target, draft and
+    draft-extend backends' ``needs_cpu_seq_lens``."""
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker.server_args = SimpleNamespace(disaggregation_mode=disaggregation_mode,
+                                         enable_two_batch_overlap=False, speculative_algorithm="EAGLE3")
+    target, draft, draft_extend = (SimpleNamespace(needs_cpu_seq_lens=n) for n in needs_host_lengths)
+    worker._target_worker = SimpleNamespace(model_runner=SimpleNamespace(attn_backend=target))
+    worker._draft_worker = SimpleNamespace(init_attention_backends=lambda: None, draft_attn_backend=draft,
+                                           draft_extend_attn_backend=draft_extend)
+    worker.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(POOL, 64, dtype=torch.int32))
+    return worker
+
+
+@pytest.mark.parametrize("worker, installed", [
+    (gated_worker(), True),
+    # Triton and FA3 need no host lengths: the scheduler never copies them, nothing to mirror.
+    (gated_worker(needs_host_lengths=(False, False, False)), False),
+    # PD disaggregation publishes lengths outside the worker: upstream's copy.
+    (gated_worker("decode"), False),
+], ids=["needs host lengths", "needs none", "pd disaggregation"])
+def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths(monkeypatch, worker, installed):
+    monkeypatch.setattr(host_seq_lens, "mirror", None)
+    worker.init_attention_backends()
+    assert (host_seq_lens.mirror is not None) is installed
+    if installed:
+        assert host_seq_lens.mirror.known.shape == (POOL,)  # a slot per request-pool row
+
+
+@pytest.mark.parametrize("steps, accepted, known", [(PLAIN_STEPS, 1, [11, 21]), (3, 2, None)])
+def test_the_gated_worker_records_what_each_step_publishes(mirror, monkeypatch, steps, accepted, known):
+    monkeypatch.setattr(EAGLEWorkerV2, "forward_batch_generation", publishing_upstream(steps, accepted))
+    worker, published = gated_worker(), []
+    step = batch([1, 2], [10, 20])
+    assert worker.forward_batch_generation(step, on_publish=published.append) == "result"
+    assert [t.tolist() for t in published] == [[10 + accepted, 20 + accepted]]  # upstream's publish kept
+    looked_up = mirror.lookup(step.req_pool_indices_cpu)
+    assert (looked_up.tolist() if looked_up is not None else None) == known
+
+
+def test_without_a_publish_callback_nothing_is_recorded(mirror, monkeypatch):
+    """The scheduler passes on_publish only under the overlap schedule, the only one that resolves."""
+    monkeypatch.setattr(EAGLEWorkerV2, "forward_batch_generation", publishing_upstream(PLAIN_STEPS, 1))
+    gated_worker().forward_batch_generation(batch([1], [10]))
+    assert mirror.lookup(torch.tensor([1])) is None
