@@ -71,6 +71,17 @@ def test_deterministic_for_identical_inputs():
     assert a.snapshot() == b.snapshot()
 
 
+def test_the_peek_predicts_each_step_and_records_nothing():
+    sizes = [((i * 7919) % 23) for i in range(1000)]
+    peeking, stepping = gate(10, dwell=5, reenable=7), gate(10, dwell=5, reenable=7)
+    for bs in sizes:
+        before = peeking.snapshot()
+        predicted = peeking.speculates_next(bs)
+        assert peeking.snapshot() == before
+        assert predicted == peeking.step(bs) == stepping.step(bs)
+    assert peeking.snapshot() == stepping.snapshot()
+
+
 @pytest.mark.parametrize(
     "threshold, reenable, dwell",
     [(-1, 0, 0), (4, 5, 0), (4, -1, 0), (4, 4, -2)],

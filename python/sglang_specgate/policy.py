@@ -65,18 +65,10 @@ class SpecGatePolicy:
         """Record one decode step of ``decode_batch_size`` requests; return whether it speculates."""
         if decode_batch_size < 0:
             raise ValueError(f"decode batch size must be >= 0, got {decode_batch_size}")
-        cfg = self.config
-        if cfg.enabled:
-            if self.speculating:
-                if decode_batch_size > cfg.threshold:
-                    self._switch(speculating=False)
-            elif decode_batch_size <= cfg.reenable_threshold:
-                self._calm_steps += 1
-                # The step that completes the dwell already speculates.
-                if self._calm_steps > cfg.dwell_steps:
-                    self._switch(speculating=True)
-            else:
-                self._calm_steps = 0
+        speculating, self._calm_steps = self._after(decode_batch_size)
+        if speculating != self.speculating:
+            self.speculating = speculating
+            self.counters.switches += 1
 
         c = self.counters
         c.last_decode_batch_size = decode_batch_size
@@ -86,10 +78,23 @@ class SpecGatePolicy:
             c.decode_steps_plain += 1
         return self.speculating
 
-    def _switch(self, speculating: bool) -> None:
-        self.speculating = speculating
-        self._calm_steps = 0
-        self.counters.switches += 1
+    def speculates_next(self, decode_batch_size: int) -> bool:
+        """Whether a decode step of ``decode_batch_size`` requests would speculate, recording
+        nothing: for code that prepares the step before the worker asks ``step``."""
+        return self._after(decode_batch_size)[0]
+
+    def _after(self, decode_batch_size: int) -> tuple[bool, int]:
+        """(speculating, calm steps) once a decode step of this size is taken."""
+        cfg = self.config
+        if not cfg.enabled:
+            return self.speculating, self._calm_steps
+        if self.speculating:
+            return (False, 0) if decode_batch_size > cfg.threshold else (True, 0)
+        if decode_batch_size > cfg.reenable_threshold:
+            return False, 0
+        calm_steps = self._calm_steps + 1
+        # The step that completes the dwell already speculates.
+        return (True, 0) if calm_steps > cfg.dwell_steps else (False, calm_steps)
 
     def snapshot(self) -> dict:
         """A JSON-ready view: configuration, state and counters."""
