@@ -19,6 +19,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_specgate import host_seq_lens
 from sglang_specgate.host_seq_lens import HostSeqLens, published_lengths, resolve_with_host_lengths
+from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
 
 POOL = 8
@@ -40,10 +41,18 @@ def future_map(needs_cpu_seq_lens=True) -> FutureMap:
                      needs_cpu_seq_lens=needs_cpu_seq_lens)
 
 
+def gate_off_above(threshold: int = 1) -> SpecGatePolicy:
+    """A real gate, off after a decode step above ``threshold``; back on at the next step at or
+    below it (no dwell)."""
+    gate = SpecGatePolicy(GateConfig(threshold, threshold, 0))
+    gate.step(threshold + 1)
+    return gate
+
+
 @pytest.fixture
 def mirror(monkeypatch):
     monkeypatch.setattr(host_seq_lens, "mirror", None)
-    return host_seq_lens.install(POOL)
+    return host_seq_lens.install(POOL, gate_off_above().speculates_next)
 
 
 def test_what_the_host_knows_a_forward_publishes():
@@ -57,7 +66,7 @@ def test_what_the_host_knows_a_forward_publishes():
 
 
 def test_a_batch_is_known_only_if_all_its_slots_are():
-    lens = HostSeqLens(POOL)
+    lens = HostSeqLens(POOL, gate_off_above().speculates_next)
     lens.published(torch.tensor([1, 2]), torch.tensor([11, 21]))
     assert lens.lookup(torch.tensor([2, 1])).tolist() == [21, 11]
     assert lens.lookup(torch.tensor([1, 3])) is None
@@ -100,6 +109,23 @@ def test_after_plain_steps_resolve_takes_the_mirror_and_skips_the_copy(mirror):
     assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [21, 11]
     assert ours.seq_lens.tolist() == upstream.seq_lens.tolist() == [21, 11]
     assert ours.seq_lens_sum == upstream.seq_lens_sum == 32
+    assert mirror.snapshot() == {"resolved_on_host": 1, "copied_back": 0}
+
+
+def test_a_step_that_will_speculate_waits_as_upstream_does(monkeypatch):
+    """The mirror knows the lengths after plain steps, but the step the gate turns back on for
+    takes upstream's copy and its wait (results/2026-12-02-flashinfer-host-lengths-crash)."""
+    monkeypatch.setattr(host_seq_lens, "mirror", None)
+    mirror = host_seq_lens.install(POOL, gate_off_above(threshold=1).speculates_next)
+    fm = future_map()
+    step = batch([3], [10])
+    fm.publish(step.req_pool_indices, step.seq_lens + 1)
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+    assert mirror.lookup(step.req_pool_indices_cpu).tolist() == [11]
+    ours, upstream, seen = resolve_both_ways(fm, [3], [0])  # a batch of 1: the gate turns on
+    assert seen == [True]
+    assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [11]
+    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 1}
 
 
 def test_after_a_speculative_step_resolve_is_upstreams(mirror):
@@ -111,6 +137,7 @@ def test_after_a_speculative_step_resolve_is_upstreams(mirror):
     ours, upstream, seen = resolve_both_ways(fm, [1, 2], [0, 0])
     assert seen == [True]
     assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [13, 21]
+    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 1}
 
 
 @pytest.mark.parametrize("case", ["no mirror", "backend needs no host lengths", "no future indices"])
@@ -127,6 +154,7 @@ def test_resolve_is_upstreams_where_the_mirror_does_not_apply(mirror, monkeypatc
         b.spec_info.future_indices = None
     resolve_with_host_lengths(lambda f, x: seen.append("upstream"), fm, b)
     assert seen == ["upstream"]
+    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 0}  # not a mirror's batch
 
 
 def publishing_upstream(steps, accepted):
@@ -153,6 +181,7 @@ def gated_worker(disaggregation_mode="null", needs_host_lengths=(False, True, Fa
     worker._draft_worker = SimpleNamespace(init_attention_backends=lambda: None, draft_attn_backend=draft,
                                            draft_extend_attn_backend=draft_extend)
     worker.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(POOL, 64, dtype=torch.int32))
+    worker.gate = gate_off_above()
     return worker
 
 
@@ -169,6 +198,7 @@ def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths
     assert (host_seq_lens.mirror is not None) is installed
     if installed:
         assert host_seq_lens.mirror.known.shape == (POOL,)  # a slot per request-pool row
+        assert host_seq_lens.mirror.step_speculates == worker.gate.speculates_next
 
 
 @pytest.mark.parametrize("steps, accepted, known", [(PLAIN_STEPS, 1, [11, 21]), (3, 2, None)])

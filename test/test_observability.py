@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from sglang.srt.managers.io_struct import GetInternalStateReqOutput
 
+from sglang_specgate import host_seq_lens
 from sglang_specgate.observability import SwitchLog, add_gate_state, export_gate_metrics
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import GatedEAGLEWorkerV2, GatePolicyParams
@@ -25,7 +26,8 @@ def gated_scheduler(threshold=4):
     return SimpleNamespace(draft_worker=worker), gate
 
 
-def test_internal_state_carries_the_gate():
+def test_internal_state_carries_the_gate(monkeypatch):
+    monkeypatch.setattr(host_seq_lens, "mirror", None)  # a Triton server's: none installed
     scheduler, gate = gated_scheduler()
     for bs in (2, 9, 9):
         gate.step(bs)
@@ -35,6 +37,7 @@ def test_internal_state_carries_the_gate():
         "decode_steps_spec": 1, "decode_steps_plain": 2, "switches": 1,
         "last_decode_batch_size": 9, "fast_off_path": True, "off_draft_extend": "kv-only",
         "deferred_draft_kv": None, "reenable_acceptance": {"reenables": 0, "recent": []},
+        "host_seq_lens": None,
     }
 
 

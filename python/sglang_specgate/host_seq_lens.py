@@ -12,13 +12,18 @@ publishes its batch's own lengths, so after either the host knows what the GPU p
 plain server's scheduler does (schedule_batch.py:2988, ``seq_lens_cpu + 1``).
 
 ``HostSeqLens`` mirrors, per request-pool slot, what each forward publishes when the host knows
-it; the gated worker records at every publish. For a batch whose every slot is known,
-``resolve_with_host_lengths`` takes upstream's GPU-only path for the device lengths and the
-mirror's for the host ones: no copy, no wait. Any other batch, the first after a speculative
-step among them, resolves as upstream does.
+it; the gated worker records at every publish. For a batch whose every slot is known and whose
+step will not speculate, ``resolve_with_host_lengths`` takes upstream's GPU-only path for the
+device lengths and the mirror's for the host ones: no copy, no wait. Any other batch resolves as
+upstream does. That includes the first speculative step after plain ones, whose host lengths the
+mirror knows: without upstream's wait there, FlashInfer servers crashed within the first
+speculative steps after each re-enable
+(benchmark/results/2026-12-02-flashinfer-host-lengths-crash). Speculative steps keep that wait.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -28,9 +33,14 @@ mirror: HostSeqLens | None = None
 
 
 class HostSeqLens:
-    def __init__(self, pool_size: int):
+    def __init__(self, pool_size: int, step_speculates: Callable[[int], bool]):
         self.lengths = torch.zeros(pool_size, dtype=torch.int64)
         self.known = torch.zeros(pool_size, dtype=torch.bool)
+        # The gate's decision for the coming decode step of a batch size, read without recording.
+        self.step_speculates = step_speculates
+        # Decode batches resolved from this mirror, and those that waited for upstream's copy.
+        self.resolved_on_host = 0
+        self.copied_back = 0
 
     def published(self, req_pool_indices_cpu: torch.Tensor, lengths_cpu: torch.Tensor | None) -> None:
         """A forward published these slots' lengths: ``lengths_cpu``, or None if the host
@@ -47,10 +57,13 @@ class HostSeqLens:
             return None
         return self.lengths[req_pool_indices_cpu]
 
+    def snapshot(self) -> dict:
+        return {"resolved_on_host": self.resolved_on_host, "copied_back": self.copied_back}
 
-def install(pool_size: int) -> HostSeqLens:
+
+def install(pool_size: int, step_speculates: Callable[[int], bool]) -> HostSeqLens:
     global mirror
-    mirror = HostSeqLens(pool_size)
+    mirror = HostSeqLens(pool_size, step_speculates)
     return mirror
 
 
@@ -69,16 +82,20 @@ def published_lengths(batch, plain_step: bool) -> torch.Tensor | None:
 def resolve_with_host_lengths(original, future_map, batch) -> None:
     """AROUND hook on ``sglang.srt.managers.overlap_utils.FutureMap.resolve_seq_lens_cpu``."""
     spec_info = batch.spec_info
-    lengths = None
     if (
-        mirror is not None
-        and future_map.needs_cpu_seq_lens
-        and spec_info is not None
-        and spec_info.future_indices is not None
+        mirror is None
+        or not future_map.needs_cpu_seq_lens
+        or spec_info is None
+        or spec_info.future_indices is None
     ):
+        return original(future_map, batch)
+    lengths = None
+    if not mirror.step_speculates(batch.req_pool_indices.shape[0]):
         lengths = mirror.lookup(batch.req_pool_indices_cpu)
     if lengths is None:
+        mirror.copied_back += 1
         return original(future_map, batch)
+    mirror.resolved_on_host += 1
     # Upstream's own path for backends that need no host lengths: the schedule stream waits on
     # the publish and gathers the device lengths; only the host copy is skipped.
     future_map.needs_cpu_seq_lens = False

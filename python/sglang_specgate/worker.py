@@ -160,6 +160,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             "off_draft_extend": "skipped" if self.skips_off_draft_extend else self.off_draft_extend,
             "deferred_draft_kv": self.deferred_draft_kv.snapshot() if self.deferred_draft_kv else None,
             "reenable_acceptance": self.gate_params.reenable_acceptance.snapshot(),
+            "host_seq_lens": host_seq_lens.mirror.snapshot() if host_seq_lens.mirror else None,
         }
 
     def build_adaptive_runtime_state(
@@ -191,7 +192,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         if self.server_args.disaggregation_mode == "null" and decide_needs_cpu_seq_lens(
             self.server_args, self.spec_v2_attn_backends
         ):
-            host_seq_lens.install(self.req_to_token_pool.req_to_token.shape[0])
+            host_seq_lens.install(self.req_to_token_pool.req_to_token.shape[0], self.gate.speculates_next)
 
     def forward_batch_generation(self, batch, on_publish=None, **kwargs):
         mirror = host_seq_lens.mirror

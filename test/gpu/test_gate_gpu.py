@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from servers import KV_PROBE_OFFSET, THRESHOLD, ramping_load  # first: it puts benchmark/ on sys.path
+from servers import ATTENTION_BACKEND, KV_PROBE_OFFSET, THRESHOLD, ramping_load  # first: it puts benchmark/ on sys.path
 from sglang_specgate.reenable import WINDOW_STEPS
 
 import sweep  # noqa: E402
@@ -103,6 +103,11 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
     assert deferred["writes"] > 0 and deferred["rows_written"] > deferred["writes"], deferred
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
     assert state["decode_steps_spec"] > 0 and state["decode_steps_plain"] > 0
+    # FlashInfer plans on host lengths: after plain steps the gate supplies them (host_seq_lens.py).
+    if ATTENTION_BACKEND == "flashinfer":
+        assert state["host_seq_lens"]["resolved_on_host"] > 0, state
+    else:
+        assert state["host_seq_lens"] is None, state
     # Acceptance is back to its pre-off level within 10 speculative steps. This pair's draft
     # ignores its KV cache (o_proj = 0), so that only shows the first steps' recovery; whether
     # the KV cache was kept current is the KV-probe tests' question.
