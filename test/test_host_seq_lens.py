@@ -8,6 +8,7 @@ stand-in that publishes as upstream's does (a real one needs models on a GPU).
 
 from __future__ import annotations
 
+import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -79,18 +80,24 @@ def test_a_batch_is_known_only_if_all_its_slots_are():
     assert resolved.tolist() == [11]
 
 
+def upstream_resolve(future_map: FutureMap, b) -> None:
+    """SGLang's own resolve. The suite loads the plugin in-process, which hooks the class
+    attribute and rebinds every module global holding the original, so unwrap at call time."""
+    inspect.unwrap(FutureMap.resolve_seq_lens_cpu)(future_map, b)
+
+
 def resolve_both_ways(fm: FutureMap, slots, stale_lengths):
     """The hook's resolve of a batch, upstream's of its twin, and what the hook's original saw."""
     seen = []
 
     def original(future_map, b):
         seen.append(future_map.needs_cpu_seq_lens)
-        FutureMap.resolve_seq_lens_cpu(future_map, b)
+        upstream_resolve(future_map, b)
 
     ours, upstream = batch(slots, stale_lengths), batch(slots, stale_lengths)
     resolve_with_host_lengths(original, fm, ours)
     fm._publish_fresh = True  # SGLang's debug bookkeeping: one resolve per publish
-    FutureMap.resolve_seq_lens_cpu(fm, upstream)
+    upstream_resolve(fm, upstream)
     return ours, upstream, seen
 
 
