@@ -19,6 +19,8 @@ upstream does. That includes the first speculative step after plain ones, whose 
 mirror knows: without upstream's wait there, FlashInfer servers crashed within the first
 speculative steps after each re-enable
 (benchmark/results/2026-12-02-flashinfer-host-lengths-crash). Speculative steps keep that wait.
+So guarded, FlashInfer's off-state decode steps ran at 0.98-0.99x plain's, where they had run at
+0.73x (8B, C = 16-64, benchmark/results/2026-12-02-flashinfer-host-lengths-guarded).
 """
 
 from __future__ import annotations
