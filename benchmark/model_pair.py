@@ -27,11 +27,15 @@ How (file:line refer to the installed sglang 0.5.17 under sglang/srt/):
   (models/llama_eagle3.py:254-260; speculative/eagle_worker_v2.py:692), and since HID = sqrt(d) it
   equals the normed one too. lm_head row S[nxt[c]] reads e_c for "good" coordinates and row
   S[nxt[nxt[c]]] (always wrong) for the others.
-- KV probe (--kv-probe-offset D, off by default). The draft above ignores its own KV cache, so it
-  cannot tell a server that keeps that cache current from one that does not. With D > 0 two of its
-  attention heads read the entries D tokens back and at the current token, and cancel exactly when
-  the first holds what the walk put there; a stale entry adds noise that swamps the hidden state
-  (add_kv_probe). Prompts must follow the walk.
+- KV probe (--kv-probe-offset D, off by default). The models above ignore their KV caches (o_proj
+  = 0), so their outputs cannot tell a server whose attention reads the right entries from one that
+  does not. With D > 0 two attention heads of the draft and of the target's last layer read the
+  entries D tokens back and at the current token, and cancel exactly when the first holds what the
+  walk put there; a stale entry, or a context read one entry short, adds noise that swamps the
+  hidden state (add_kv_probe). The draft's probe shows whether a server keeps the draft KV
+  current; the target's, whether each forward's attention reads the request's whole context (its
+  lengths) and nothing stale in it. The target's aux states, read before its last layer, do not
+  change. Prompts must follow the walk.
 - Accept length. After a verify the draft hidden sits on the latest token's coordinate c; step k
   proposes the right token iff the k-th coordinate of the walk from c is good. A good set of
   density q gives 1 + q + q^2 + q^3 in expectation; the set actually drawn (nested in q for one
@@ -138,7 +142,7 @@ class Design:
     coord: torch.Tensor  # [VOCAB] coordinate of every token
     nxt: torch.Tensor  # [n] the cycle: the token after coordinate c is walk_tokens[nxt[c]]
     good: torch.Tensor  # [n] the draft proposes walk_tokens[nxt[c]] right after coordinate c
-    kv_probe_offset: int = 0  # > 0: the draft's proposals need its KV entry that many tokens back
+    kv_probe_offset: int = 0  # > 0: draft and target outputs need their KV entry that many tokens back
 
     @property
     def dims(self) -> dict:
@@ -147,7 +151,8 @@ class Design:
     def continuation(self, last_token: int, length: int) -> list[int]:
         """The target's greedy output after a prompt ending in ``last_token``: the walk from its
         coordinate (the residual stream is the current token's embedding alone, so nothing
-        earlier in the prompt counts). Any server of the pair, speculative or not, must emit it."""
+        earlier in the prompt counts, except that with a KV probe the prompt must follow the
+        walk). Any server of the pair, speculative or not, must emit it."""
         out, c = [], int(self.coord[last_token])
         for _ in range(length):
             c = int(self.nxt[c])
@@ -247,7 +252,10 @@ def target_shards(design: Design, device: str) -> Iterator[dict[str, torch.Tenso
         shard = {"model.embed_tokens.weight": _embedding(design, device)} if first == 0 else {}
         for i in range(first, min(first + LAYERS_PER_SHARD, layers)):
             p = f"model.layers.{i}"
-            shard |= _attention(f"{p}.self_attn", d, gen, device, dims)
+            attn = _attention(f"{p}.self_attn", d, gen, device, dims)
+            if design.kv_probe_offset and i == layers - 1:  # after the aux layers the draft reads
+                add_kv_probe(attn, design, f"{p}.self_attn", device, swamped=EMBED)
+            shard |= attn
             shard[f"{p}.mlp.gate_proj.weight"] = _fill((dims["intermediate_size"], d), gen, device)
             shard[f"{p}.mlp.up_proj.weight"] = _fill((dims["intermediate_size"], d), gen, device)
             shard[f"{p}.mlp.down_proj.weight"] = _zeros(d, dims["intermediate_size"], device=device)
@@ -283,21 +291,24 @@ def probe_query_key(head_dim: int, offset: int) -> tuple[torch.Tensor, torch.Ten
     return query.float(), key.float()
 
 
-def add_kv_probe(attn: dict, design: Design, prefix: str, device: str) -> None:
-    """Make the draft's proposals depend on its KV cache ``design.kv_probe_offset`` = D tokens back.
+def add_kv_probe(attn: dict, design: Design, prefix: str, device: str, swamped: float) -> None:
+    """Make a layer's output depend on its KV cache ``design.kv_probe_offset`` = D tokens back
+    and at the current token; ``swamped`` is the magnitude of the one-hot state it adds to.
 
-    Two heads read only the token-embedding half of the layer input, whose one hot coordinate is
-    the same value x for every token, so their queries and keys depend on position alone:
+    Two heads read only the token embedding (the draft's first input half; the whole input of a
+    target layer), whose one hot coordinate is the same value x for every token, so their
+    queries and keys depend on position alone:
     - head A (query head 0, KV head 0) reads the entry D tokens back, whose value encodes the token
       embedded there; along the walk that token is D steps behind the one embedded here;
     - head B (the first query head of KV head 1) reads its own entry, whose value encodes this
       token's embedding through the walk D steps back: the same vector, when the context follows
       the walk and the entry D back is what it should be.
     o_proj adds A's output times M and B's times -M, so they cancel to exactly 0 (identical bf16
-    values; everything else in the softmax underflows) and the draft is the design's. A stale or
-    missing entry D back gives A another value, and its difference times M, about 2 * HID on every
-    hidden coordinate, swamps the one-hot hidden state: the draft proposes noise until that entry
-    is current again. Prompts must follow the walk for at least D + 1 tokens."""
+    values; everything else in the softmax underflows) and the model is the design's. A stale or
+    missing entry D back, or a missing current one, gives A or B another value, and their
+    difference times M, about 2 * ``swamped`` on every hidden coordinate, swamps the one-hot
+    state: the output is noise until those entries are right again. Prompts must follow the walk
+    for at least D + 1 tokens."""
     dims, d = design.dims, design.dims["hidden_size"]
     heads, kv_heads = dims["num_attention_heads"], dims["num_key_value_heads"]
     hd, group = d // heads, heads // kv_heads
@@ -311,14 +322,13 @@ def add_kv_probe(attn: dict, design: Design, prefix: str, device: str) -> None:
     value_a = torch.randint(0, 2, (hd, d), generator=gen).to(torch.bfloat16) * 2 - 1
     value_b = torch.empty_like(value_a)
     value_b[:, ahead] = value_a
-    # M: two values differ by +-2x on about half their entries, which M turns into ~2 * HID per
-    # hidden coordinate.
-    hid = draft_mlp_scales(d)[0]
-    spread = (torch.randn(d, hd, generator=gen) * (hid / (x * math.sqrt(hd / 2)))).to(torch.bfloat16)
+    # M: two values differ by +-2x on about half their entries, which M turns into ~2 * swamped
+    # per hidden coordinate.
+    spread = (torch.randn(d, hd, generator=gen) * (swamped / (x * math.sqrt(hd / 2)))).to(torch.bfloat16)
 
     def put(name: str, rows: slice, block: torch.Tensor) -> None:
         weight = attn[f"{prefix}.{name}.weight"]
-        weight[rows] = 0  # the hidden-state half reads nothing either
+        weight[rows] = 0  # the draft's hidden-state half reads nothing either
         weight[rows, :d] = block.to(device=device, dtype=torch.bfloat16)
 
     head_a, head_b = slice(0, hd), slice(group * hd, (group + 1) * hd)
@@ -355,7 +365,7 @@ def draft_tensors(design: Design, device: str) -> dict[str, torch.Tensor]:
     ones = torch.ones(d, dtype=torch.bfloat16, device=device)
     attn = _attention("midlayer.self_attn", 2 * d, gen, device, dims)
     if design.kv_probe_offset:
-        add_kv_probe(attn, design, "midlayer.self_attn", device)
+        add_kv_probe(attn, design, "midlayer.self_attn", device, swamped=draft_mlp_scales(d)[0])
     return {
         # SGLang replaces it with the target's (speculative/eagle_worker_v2.py:294-295); kept so
         # that other loaders see a complete checkpoint.
@@ -444,9 +454,10 @@ def write_model(out: str, shards: Iterator[dict[str, torch.Tensor]], num_shards:
 
 def write_pair(root: str, design: Design, device: str) -> dict:
     target_cfg, draft_cfg = model_configs(design.shape)
-    # The target depends on shape and seed only: a sweep over accept lengths rewrites the draft.
+    # The target depends on shape, seed and KV probe only: a sweep over accept lengths rewrites
+    # the draft.
     target_cfg["model_pair"] = {"shape": design.shape, "seed": design.seed,
-                                "format": FORMAT_VERSION}
+                                "kv_probe_offset": design.kv_probe_offset, "format": FORMAT_VERSION}
     tdir, ddir = f"{root}/target", f"{root}/draft"
     t0 = time.perf_counter()
     try:
@@ -455,7 +466,7 @@ def write_pair(root: str, design: Design, device: str) -> dict:
     except (OSError, ValueError):
         reuse = False
     if reuse:
-        print(f"target: kept {tdir} (same shape and seed)")
+        print(f"target: kept {tdir} (same shape, seed and KV probe)")
     else:
         num_shards = math.ceil(design.dims["num_hidden_layers"] / LAYERS_PER_SHARD)
         write_model(tdir, target_shards(design, device), num_shards, target_cfg)
@@ -480,9 +491,11 @@ def main(argv: list[str] | None = None) -> dict:
                          f"in [1, {NUM_STEPS + 1}]")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kv-probe-offset", type=int, default=0, metavar="D",
-                    help="make the draft's proposals need its own KV cache entry D tokens back "
-                         "(noise when that entry is stale), to check that a server keeps the draft "
-                         "KV current; prompts must then follow the walk (design.json); 0: off")
+                    help="make the draft's proposals and the target's output need their own KV "
+                         "cache entries D tokens back and at the current token (noise when one is "
+                         "stale or not read), to check that a server keeps the draft KV current "
+                         "and that attention reads each request's whole context; prompts must "
+                         "then follow the walk (design.json); 0: off")
     ap.add_argument("--device", choices=["cuda", "cpu"],
                     default="cuda" if torch.cuda.is_available() else "cpu",
                     help="where the tensors are built (default: cuda if available)")

@@ -233,12 +233,17 @@ def test_out_of_range_flags_are_usage_errors(tmp_path, capsys, flags, message):
 
 
 @pytest.fixture(scope="module")
-def probe_draft(tmp_path_factory) -> dict:
+def probe_pair(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("probe")
     mp.main([str(root), "--shape", "tiny", "--accept-length", "3.2", "--seed", str(SEED),
              "--device", "cpu", "--kv-probe-offset", str(PROBE_OFFSET)])
     assert json.loads((root / "design.json").read_text())["kv_probe_offset"] == PROBE_OFFSET
-    return load_file(root / "draft" / "model.safetensors")
+    return root
+
+
+@pytest.fixture(scope="module")
+def probe_draft(probe_pair) -> dict:
+    return load_file(probe_pair / "draft" / "model.safetensors")
 
 
 def first_proposals(w: dict, walk_run, stale: tuple[slice, slice] | None = None) -> torch.Tensor:
@@ -278,6 +283,51 @@ def test_kv_probe_draft_keeps_the_design_and_needs_its_kv_entry(probe_draft, wal
     reads_stale = slice(140, 140 + PROBE_OFFSET)
     assert (cold[reads_stale] != designed[reads_stale]).float().mean() >= 0.9
     assert torch.equal(cold[140 + PROBE_OFFSET:], designed[140 + PROBE_OFFSET:])
+
+
+def test_kv_probe_target_keeps_the_design_and_needs_its_whole_context(probe_pair, walk_run, pairs):
+    from transformers import LlamaForCausalLM
+
+    # Eager attention: a custom mask below hides single entries from single positions.
+    model = LlamaForCausalLM.from_pretrained(probe_pair / "target", dtype=torch.bfloat16,
+                                             attn_implementation="eager")
+
+    def predictions(seq: torch.Tensor, hidden: tuple[tuple[int, int], ...] = ()) -> torch.Tensor:
+        """Greedy next token at every position; ``hidden`` (position, key) pairs are left out of
+        that position's attention, as a forward planned on a wrong length would leave them."""
+        allowed = torch.ones(len(seq), len(seq), dtype=torch.bool).tril()
+        for position, key in hidden:
+            allowed[position, key] = False
+        mask = torch.zeros(1, 1, *allowed.shape, dtype=torch.bfloat16).masked_fill(~allowed, -math.inf)
+        with torch.no_grad():
+            return model(seq[None], attention_mask=mask).logits[0].argmax(-1)
+
+    seq = walk_run[1]
+    designed = seq[1:]  # the walk's next token at every position but the last
+    # Whole context along the walk: the design, wherever an entry PROBE_OFFSET back exists.
+    assert torch.equal(predictions(seq)[PROBE_OFFSET:-1], designed[PROBE_OFFSET:])
+    # Position 150 misses its own entry, 200 the one PROBE_OFFSET back: both give noise, the
+    # others stay exact.
+    short = predictions(seq, hidden=((150, 150), (200, 200 - PROBE_OFFSET)))
+    assert short[150] != designed[150] and short[200] != designed[200]
+    exact = torch.ones(len(seq) - 1, dtype=torch.bool)
+    exact[:PROBE_OFFSET] = exact[150] = exact[200] = False
+    assert torch.equal(short[:-1][exact], designed[exact])
+    # A token off the walk at 100: the positions whose probe reads it (100 and PROBE_OFFSET
+    # later) give noise; in between, the context they read still follows the walk.
+    off_walk = seq.clone()
+    off_walk[100] = seq[50]
+    cold = predictions(off_walk)
+    after = 100 + PROBE_OFFSET
+    assert cold[100] != seq[51] and cold[after] != designed[after]
+    assert torch.equal(cold[101:after], designed[101:after])
+    assert torch.equal(cold[after + 1 : -1], designed[after + 1 :])
+    # The probe sits after the aux layers: the draft's inputs are the plain target's.
+    probed = load_file(probe_pair / "target" / "model.safetensors")
+    plain = load_file(pairs[SETTINGS[0]] / "target" / "model.safetensors")
+    last = f"model.layers.{mp.SHAPES['tiny']['num_hidden_layers'] - 1}."
+    assert {k for k in plain if not torch.equal(plain[k], probed[k])} <= {
+        last + f"self_attn.{name}.weight" for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])  # the tiny and 1b heads, the 8b and 70b heads

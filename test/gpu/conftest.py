@@ -34,8 +34,11 @@ def model_pair(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def probe_pair(tmp_path_factory) -> Path:
-    """The same target with a draft whose proposals are noise while its KV cache entry
-    KV_PROBE_OFFSET tokens back is stale."""
+    """The pair with KV probes: the draft's proposals are noise while its KV cache entry
+    KV_PROBE_OFFSET tokens back is stale, and the target's output is noise where a forward's
+    attention leaves out that entry or the current one (a length planned short) or reads a
+    stale one. So every probe test's exact greedy output also checks the target's attention,
+    plain steps while off included (on FlashInfer planned from the gate's host lengths)."""
     return write_pair(tmp_path_factory.mktemp("probe-pair"), "--kv-probe-offset", str(KV_PROBE_OFFSET))
 
 
