@@ -119,11 +119,9 @@ def test_after_plain_steps_resolve_takes_the_mirror_and_skips_the_copy(mirror):
     assert mirror.snapshot() == {"resolved_on_host": 1, "copied_back": 0}
 
 
-def test_a_step_that_will_speculate_waits_as_upstream_does(monkeypatch):
+def test_a_step_that_will_speculate_waits_as_upstream_does(mirror):
     """The mirror knows the lengths after plain steps, but the step the gate turns back on for
     takes upstream's copy and its wait (results/2026-12-02-flashinfer-host-lengths-crash)."""
-    monkeypatch.setattr(host_seq_lens, "mirror", None)
-    mirror = host_seq_lens.install(POOL, gate_off_above(threshold=1).speculates_next)
     fm = future_map()
     step = batch([3], [10])
     fm.publish(step.req_pool_indices, step.seq_lens + 1)
