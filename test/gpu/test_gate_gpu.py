@@ -63,9 +63,16 @@ def designed_greedy(design) -> list[list[int]]:
     return designed_outputs(design, prompts())
 
 
-def mismatches(outputs: list[list[int]], expected: list[list[int]]) -> list[int]:
+def mismatches(outputs: list[list[int]], expected: list[list[int]]) -> list[str]:
+    """Each request whose output is not the expected one: its index, the first token where they
+    part, and both lengths (when the first wrong token came says which state produced it)."""
     assert len(outputs) == len(expected) == N_PROMPTS
-    return [i for i, (a, b) in enumerate(zip(outputs, expected)) if a != b]
+    parted = []
+    for i, (got, want) in enumerate(zip(outputs, expected)):
+        if got != want:
+            first = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            parted.append(f"#{i} from token {first} ({len(got)} of {len(want)})")
+    return parted
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +97,7 @@ def test_greedy_outputs_identical(greedy_outputs, designed_greedy):
     # and to the TP=2 server of the last test.
     for name, outputs in greedy_outputs.items():
         mismatched = mismatches(outputs, designed_greedy)
-        assert not mismatched, f"{name} differs from the designed output on requests {mismatched[:10]}"
+        assert not mismatched, f"{name} differs from the designed output: {mismatched[:20]}"
 
 
 def test_gate_switched_during_the_run(gated_greedy, gated):
@@ -135,7 +142,8 @@ def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None)
         state = server.gate_state()
     finally:
         server.stop()
-    assert not mismatches(outputs, designed_outputs(probe_design, load_prompts))
+    mismatched = mismatches(outputs, designed_outputs(probe_design, load_prompts))
+    assert not mismatched, f"{name} differs from the designed output: {mismatched[:20]}"
     print(name, "re-enables:", json.dumps(state["reenable_acceptance"]),
           "deferred draft KV:", json.dumps(state["deferred_draft_kv"]))
     episodes = [e for e in state["reenable_acceptance"]["recent"] if len(e["after"]) == WINDOW_STEPS]
@@ -256,5 +264,5 @@ def test_tensor_parallel_matches_single_gpu(start_server, servers, designed_gree
     gated_tp = start_server(f"gated-tp{tp}", spec=True, tp=tp, extra=(
         "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
     mismatched = mismatches(greedy_run(gated_tp, prompts()), designed_greedy)
-    assert not mismatched, f"TP={tp} differs from the designed output on requests {mismatched[:10]}"
+    assert not mismatched, f"TP={tp} differs from the designed output: {mismatched[:20]}"
     assert gated_tp.gate_state()["switches"] >= 2
