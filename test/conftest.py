@@ -60,6 +60,7 @@ def plugins_loaded():
 @pytest.fixture
 def clean_env(monkeypatch):
     monkeypatch.delenv("SGLANG_SPEC_DISABLE_BATCH_THRESHOLD", raising=False)
+    monkeypatch.delenv("SGLANG_SPEC_GATE_HOST_SEQ_LENS", raising=False)
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
 
 

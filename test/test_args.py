@@ -12,6 +12,7 @@ pytestmark = pytest.mark.usefixtures("plugins_loaded", "clean_env")
 
 FLAG = "--speculative-disable-batch-threshold"
 ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
+HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
 
 
 def parse(argv):
@@ -170,6 +171,28 @@ def test_bad_cli_input_exits_2_with_clear_message(name, extra, env, expected, ea
     err = capsys.readouterr().err
     for text in expected:
         assert text in err, f"{text!r} missing from: {err}"
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("value, opted_in", [
+    (None, False), ("0", False), ("off", False), ("1", True), (" TRUE ", True), ("yes", True)])
+def test_host_seq_lens_are_opt_in(value, opted_in, eagle_argv, monkeypatch):
+    from sglang_specgate.args import host_seq_lens_opted_in
+
+    if value is not None:
+        monkeypatch.setenv(HOST_SEQ_LENS_ENV, value)
+    parse(eagle_argv + [FLAG, "8"])  # accepted at start-up
+    assert host_seq_lens_opted_in() is opted_in
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "1.0"])
+def test_garbage_host_seq_lens_env_exits_2_naming_it(value, eagle_argv, monkeypatch, capsys):
+    monkeypatch.setenv(HOST_SEQ_LENS_ENV, value)
+    with pytest.raises(SystemExit) as exit_info:
+        parse(eagle_argv + [FLAG, "8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert HOST_SEQ_LENS_ENV in err and repr(value) in err and "unset it" in err, err
     assert "Traceback" not in err
 
 

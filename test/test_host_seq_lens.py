@@ -19,6 +19,7 @@ from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_specgate import host_seq_lens
+from sglang_specgate.args import HOST_SEQ_LENS_ENV
 from sglang_specgate.host_seq_lens import HostSeqLens, published_lengths, resolve_with_host_lengths
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
@@ -190,15 +191,21 @@ def gated_worker(disaggregation_mode="null", needs_host_lengths=(False, True, Fa
     return worker
 
 
-@pytest.mark.parametrize("worker, installed", [
-    (gated_worker(), True),
+@pytest.mark.parametrize("worker, opted_in, installed", [
+    (gated_worker(), "1", True),
+    # Opt-in (args.host_seq_lens_opted_in): unset, the scheduler copies lengths as upstream does.
+    (gated_worker(), None, False),
     # Triton and FA3 need no host lengths: the scheduler never copies them, nothing to mirror.
-    (gated_worker(needs_host_lengths=(False, False, False)), False),
+    (gated_worker(needs_host_lengths=(False, False, False)), "1", False),
     # PD disaggregation publishes lengths outside the worker: upstream's copy.
-    (gated_worker("decode"), False),
-], ids=["needs host lengths", "needs none", "pd disaggregation"])
-def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths(monkeypatch, worker, installed):
+    (gated_worker("decode"), "1", False),
+], ids=["needs host lengths", "not opted in", "needs none", "pd disaggregation"])
+def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths(
+        monkeypatch, worker, opted_in, installed):
     monkeypatch.setattr(host_seq_lens, "mirror", None)
+    monkeypatch.delenv(HOST_SEQ_LENS_ENV, raising=False)
+    if opted_in is not None:
+        monkeypatch.setenv(HOST_SEQ_LENS_ENV, opted_in)
     worker.init_attention_backends()
     assert (host_seq_lens.mirror is not None) is installed
     if installed:

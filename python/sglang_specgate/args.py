@@ -26,6 +26,7 @@ THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
 DWELL_FLAG = "--speculative-gate-dwell-steps"
 REENABLE_FLAG = "--speculative-gate-reenable-threshold"
 THRESHOLD_ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
+HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
 DEFAULT_DWELL_STEPS = 8
 GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
 
@@ -118,6 +119,7 @@ class GateServerArgs(ServerArgs):
             validate_gate_combination(self)
 
     def _resolve_gate_fields(self) -> None:
+        host_seq_lens_opted_in()  # read again in the scheduler processes; garbage fails here first
         threshold = self.speculative_disable_batch_threshold
         if threshold is None:
             env = os.environ.get(THRESHOLD_ENV)
@@ -145,6 +147,23 @@ class GateServerArgs(ServerArgs):
             reenable_threshold=self.speculative_gate_reenable_threshold or 0,
             dwell_steps=self.speculative_gate_dwell_steps,
         )
+
+
+def host_seq_lens_opted_in() -> bool:
+    """Whether plain steps on backends that plan on host lengths (FlashInfer) take them from the
+    gate's mirror (host_seq_lens.py) instead of waiting for the GPU's copy. Opt-in: with it on,
+    a FlashInfer GPU test whose target checks its own attention returned wrong tokens, cause not
+    yet known (benchmark/results/2026-12-02-flashinfer-probe-target)."""
+    raw = os.environ.get(HOST_SEQ_LENS_ENV, "")
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise SpecGateConfigError(
+        f"{HOST_SEQ_LENS_ENV} must be 1 (experimental: FlashInfer plain steps plan on the gate's "
+        f"host lengths) or 0, got {raw!r}. Set it to 0 or unset it."
+    )
 
 
 # (predicate on resolved args, what is wrong, the fix). Each combination would either

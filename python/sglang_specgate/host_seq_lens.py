@@ -21,6 +21,11 @@ speculative steps after each re-enable
 (benchmark/results/2026-12-02-flashinfer-host-lengths-crash). Speculative steps keep that wait.
 So guarded, FlashInfer's off-state decode steps ran at 0.98-0.99x plain's, where they had run at
 0.73x (8B, C = 16-64, benchmark/results/2026-12-02-flashinfer-host-lengths-guarded).
+
+Opt-in (``SGLANG_SPEC_GATE_HOST_SEQ_LENS=1``, args.host_seq_lens_opted_in): once the probe
+pair's target checked its own attention, a FlashInfer server with the mirror returned wrong
+tokens (benchmark/results/2026-12-02-flashinfer-probe-target). Whether the mirror causes that
+is not yet known.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from servers import ATTENTION_BACKEND, KV_PROBE_OFFSET, THRESHOLD, ramping_load  # first: it puts benchmark/ on sys.path
+from sglang_specgate.args import host_seq_lens_opted_in
 from sglang_specgate.reenable import WINDOW_STEPS
 
 import sweep  # noqa: E402
@@ -110,8 +111,9 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
     assert deferred["writes"] > 0 and deferred["rows_written"] > deferred["writes"], deferred
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
     assert state["decode_steps_spec"] > 0 and state["decode_steps_plain"] > 0
-    # FlashInfer plans on host lengths: after plain steps the gate supplies them (host_seq_lens.py).
-    if ATTENTION_BACKEND == "flashinfer":
+    # FlashInfer plans on host lengths: after plain steps the gate supplies them (host_seq_lens.py)
+    # where opted in, as the servers' environment says.
+    if ATTENTION_BACKEND == "flashinfer" and host_seq_lens_opted_in():
         assert state["host_seq_lens"]["resolved_on_host"] > 0, state
     else:
         assert state["host_seq_lens"] is None, state
