@@ -114,7 +114,7 @@ def test_rows_of_several_plain_steps_are_written_in_one_replay_in_order():
     for step in steps:  # c joins at the end: the rows stay buffered
         assert deferred.defer(*step.args)
     assert runner.replays == []
-    deferred.write()
+    deferred.write_all()
 
     [replay] = runner.replays
     n = 7
@@ -133,7 +133,8 @@ def test_rows_of_several_plain_steps_are_written_in_one_replay_in_order():
     assert replay["out_cache_loc"][n:].tolist() == [0] and replay["req_pool_indices"][n:].tolist() == [0]
     assert replay["metadata"].forward_mode.is_draft_extend_v2() and replay["metadata"].batch_size == 8
     assert deferred.rows == 0 and deferred.snapshot() == {
-        "rows_written": 7, "writes": 1, "rows_per_write": 7.0, "capacity": 8, "prompt_rows": 0}
+        "rows_written": 7, "writes": 1, "rows_per_write": 7.0, "write_rows": 8, "capacity": 32,
+        "prompt_rows": 0}
 
 
 def test_requests_leaving_the_batch_force_no_write():
@@ -154,7 +155,7 @@ def test_a_slot_freed_and_handed_to_a_later_row_is_written_once_with_that_row():
     reuse = Step([b, c], 6, 60, 1)
     reuse.batch.out_cache_loc = torch.tensor([61, 50])
     assert deferred.defer(*reuse.args)
-    deferred.write()
+    deferred.write_all()
     [replay] = runner.replays
     # a's row goes to the padding slot; c's, buffered later, writes slot 50
     assert replay["out_cache_loc"][:4].tolist() == [0, 51, 61, 50]
@@ -169,7 +170,7 @@ def test_a_slot_reused_across_writes_is_written_by_each():
     (a,) = requests(1)
     for i in range(3):
         assert deferred.defer(*Step([a], 5 + i, 50, i).args)
-        deferred.write()
+        deferred.write_all()
     assert [r["out_cache_loc"][0].item() for r in runner.replays] == [50, 50, 50]
 
 
@@ -203,7 +204,7 @@ def test_a_prefill_buffers_one_row_per_prompt_token_as_the_draft_prefill_reads_t
                       next_prompt_token=555)
     assert deferred.defer_prefill(*prefill.args)
     assert deferred.rows == 5 and runner.replays == []
-    deferred.write()
+    deferred.write_all()
     replay = runner.replays[0]
     # Each token's row reads the next token; a request's last row its tail token: the target's
     # sampled one, or for the chunked request the next prompt token (upstream's shift).
@@ -216,16 +217,39 @@ def test_a_prefill_buffers_one_row_per_prompt_token_as_the_draft_prefill_reads_t
     assert deferred.snapshot()["prompt_rows"] == 5
 
 
+def test_prompt_rows_wait_for_the_plain_steps_after_the_prefill():
+    # A small prefill is bound by the host: its rows' write goes to the next plain steps, one
+    # replay's worth (8 rows here) a step, oldest first (2026-12-02-flashinfer-c32-traced).
+    runner = one_token_runner()
+    deferred = DeferredDraftKV(runner)
+    a, b = requests(3, 4)
+    assert deferred.defer(*Step([a], 10, 10, 0).args)
+    assert deferred.defer_prefill(*Prefill([b], prefix_lens=[0], extend_lens=[12], first_loc=60).args)
+    assert runner.replays == [] and deferred.rows == 13
+    for i in range(2):
+        assert deferred.defer(*Step([a], 11 + i, 20 + i, 1 + i).args)
+    # The first step found 14 rows and wrote the oldest 8; the second found 7.
+    assert [r["out_cache_loc"][:8].tolist() for r in runner.replays] == [[10, 60, 61, 62, 63, 64, 65, 66]]
+    assert deferred.rows == 7
+    deferred.write_all()  # the rest, moved to the front in order
+    assert runner.replays[1]["out_cache_loc"][:7].tolist() == [67, 68, 69, 70, 71, 20, 21]
+
+
 def test_a_prompt_longer_than_the_buffer_is_written_as_it_fills():
-    runner = one_token_runner()  # 8 rows
+    runner = one_token_runner()  # 8 rows a replay, 32 buffered
     deferred = DeferredDraftKV(runner)
     (a,) = requests(3)
     assert deferred.defer(*Step([a], 10, 10, 0).args)
-    assert deferred.defer_prefill(*Prefill(requests(4, 5), prefix_lens=[0, 0], extend_lens=[12, 7],
-                                           first_loc=60).args)
+    prefill = Prefill(requests(4, 5), prefix_lens=[0, 0], extend_lens=[25, 15], first_loc=60)
+    assert deferred.defer_prefill(*prefill.args)
     assert [r["out_cache_loc"][:8].tolist() for r in runner.replays] == [
         [10, 60, 61, 62, 63, 64, 65, 66], list(range(67, 75))]
-    assert deferred.rows == 4  # 79, the last slot, among them
+    assert deferred.rows == 25  # 99, the last slot, among them
+    deferred.write_all()  # the rows left, moved to the front in order, every column with them
+    assert [r["out_cache_loc"][: r["metadata"].batch_size].tolist() for r in runner.replays[2:]] == [
+        list(range(75, 83)), list(range(83, 91)), list(range(91, 99)), [99]]
+    assert torch.equal(runner.replays[2]["hidden_states"], prefill.hidden[15:23])
+    assert runner.replays[5]["positions"].tolist() == [14]  # request 5's last prompt token
 
 
 def test_a_prefill_without_a_hidden_state_per_token_is_not_buffered():
@@ -235,11 +259,11 @@ def test_a_prefill_without_a_hidden_state_per_token_is_not_buffered():
     assert deferred.rows == 0
 
 
-def test_a_full_buffer_is_written_as_it_fills():
+def test_a_plain_step_writes_the_oldest_replay_once_that_many_are_buffered():
     runner = one_token_runner()
     deferred = DeferredDraftKV(runner)
     reqs = requests(*range(1, 4))
-    for i in range(3):  # 3 + 3 rows fit in 8, and 2 of the third step's 3
+    for i in range(3):  # 3 + 3 + 3 rows: the third step writes the oldest 8
         assert deferred.defer(*Step(reqs, 20 + i, 30 + 3 * i, i).args)
     [replay] = runner.replays
     assert replay["bucket"] == 8 and replay["out_cache_loc"].tolist() == list(range(30, 38))
@@ -266,7 +290,7 @@ def test_only_a_buffered_step_publishes_the_read_done_event():
         events.append(runner.model_runner.war_fastpath_read_done_event)
     assert events[0] is not None and events[1] is not None and events[0] is not events[1]
     runner.model_runner.war_fastpath_read_done_event = None  # the scheduler took it
-    deferred.write()
+    deferred.write_all()
     assert len(runner.replays) == 1 and runner.model_runner.war_fastpath_read_done_event is None
 
 

@@ -18,11 +18,19 @@ target's hidden states, the tokens shifted one place, positions and slots. That 
 was about a fifth of an eager prefill's Python and 5.6 % of its GPU time at 8B
 (benchmark/results/2026-12-01-offcost-8b-2.2-spread, 2026-11-30-offcost-8b-2.2).
 
-Buffered rows are written, in stream order, before anything else reads or writes their draft KV:
-- before a speculative step's draft, which reads the cache;
-- before a draft prefill that is not buffered (speculating, or a prompt the buffer cannot
-  take): it reads the cache and writes slots that buffered rows may hold;
-- when the buffer is full.
+Buffered rows are written oldest first, in stream order, before anything else reads or writes
+their draft KV:
+- all of them before a speculative step's draft, which reads the cache;
+- all of them before a draft prefill that is not buffered (speculating, or a prompt the buffer
+  cannot take): it reads the cache and writes slots that buffered rows may hold;
+- one replay's worth (``write_rows``, the graph's largest size) by a plain step that finds at
+  least that many buffered;
+- one replay's worth whenever the buffer is full.
+The buffer holds ``STAGED_WRITES`` replays' worth, so a prefill's rows wait for the plain steps
+after it: there the write's host work overlaps the step's GPU work. Written inside the prefill, it
+did not: a small prefill on FlashInfer is bound by the host, so the GPU waited through the 4-6 ms
+the host spent buffering and writing its rows (8B, C = 32, each prefill 8 ms dearer than a plain
+server's: benchmark/results/2026-12-02-flashinfer-c32-traced).
 So finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
 reuse is complete. A slot the scheduler frees (finished or retracted requests, radix eviction)
 can be handed to a row buffered later, in the same write: the later row holds the slot's new
@@ -51,6 +59,9 @@ logger = logging.getLogger(__name__)
 ONE_TOKEN = 1  # each buffered row is a one-token draft extend
 PADDING_SLOT = 0  # SGLang's KV slot for padded rows' writes (memory_pool.py), never allocated
 NO_GRAPH = "the one-token draft extend has no CUDA graph"
+# The buffer holds this many replays' worth of rows, so a prefill's prompt rows wait for the plain
+# steps after it instead of being written inside the prefill (see DeferredDraftKV).
+STAGED_WRITES = 4
 
 
 def why_not_deferred(server_args, draft_worker, draft_reads_one_entry: bool) -> str | None:
@@ -110,11 +121,12 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
 
 
 class DeferredDraftKV:
-    """The off state's buffered draft-extend rows and their one-replay write."""
+    """The off state's buffered draft-extend rows, oldest first, and their one-replay writes."""
 
     def __init__(self, runner):
         self.runner = runner  # the off state's one-token draft-extend graph runner
-        self.capacity = runner.max_bs
+        self.write_rows = runner.max_bs  # the most rows one replay writes
+        self.capacity = STAGED_WRITES * self.write_rows
         hidden = runner.buffers.hidden_states
         device = hidden.device
 
@@ -126,14 +138,14 @@ class DeferredDraftKV:
         self.out_cache_loc = index_buffer()
         self.req_pool_indices = index_buffer()
         self.hidden_states = torch.zeros((self.capacity, hidden.shape[1]), dtype=hidden.dtype, device=device)
-        self.no_correct_drafts = torch.zeros((self.capacity,), dtype=torch.int32, device=device)
-        self.one_accepted_token = torch.ones((self.capacity,), dtype=torch.int32, device=device)
-        self.row_numbers = torch.arange(self.capacity, dtype=torch.int64, device=device)
+        self.no_correct_drafts = torch.zeros((self.write_rows,), dtype=torch.int32, device=device)
+        self.one_accepted_token = torch.ones((self.write_rows,), dtype=torch.int32, device=device)
+        self.row_numbers = torch.arange(self.write_rows, dtype=torch.int64, device=device)
         # Per draft KV slot, the number (over all writes) of the last row written to it.
         kv_pool = runner.model_runner.token_to_kv_pool
         self.last_row_of_slot = torch.full((kv_pool.size + kv_pool.page_size,), -1, dtype=torch.int64, device=device)
         self.device_module = torch.get_device_module(device)
-        self.rows = 0
+        self.rows = 0  # buffered, not yet written: rows [0, rows) of the columns, oldest first
         self.rows_written = 0
         self.writes = 0
         self.prompt_rows = 0  # of those buffered, the rows of prefills while off
@@ -143,17 +155,19 @@ class DeferredDraftKV:
             "rows_written": self.rows_written,
             "writes": self.writes,
             "rows_per_write": round(self.rows_written / self.writes, 2) if self.writes else None,
+            "write_rows": self.write_rows,
             "capacity": self.capacity,
             "prompt_rows": self.prompt_rows,
         }
 
     def defer(self, batch, result) -> bool:
-        """Buffer a plain step's draft-extend rows; False, buffering nothing, if they do not fit
-        the graph or are not one token per request."""
+        """Buffer a plain step's draft-extend rows, then write the oldest replay's worth if that
+        many are buffered; False, buffering nothing, if the rows do not fit one replay or are not
+        one token per request."""
         bs = len(batch.reqs)
         hidden = result.logits_output.hidden_states
         if (
-            bs > self.capacity
+            bs > self.write_rows
             or hidden is None
             or tuple(hidden.shape) != (bs, self.hidden_states.shape[1])
             or result.next_token_ids.numel() != bs
@@ -165,12 +179,15 @@ class DeferredDraftKV:
                      positions=batch.seq_lens, out_cache_loc=batch.out_cache_loc,
                      req_pool_indices=batch.req_pool_indices, hidden_states=hidden)
         self._publish_read_done()
+        if self.rows >= self.write_rows:
+            self._write_oldest(self.write_rows)
         return True
 
     def defer_prefill(self, batch, hidden, next_token_ids) -> bool:
         """Buffer a prefill's draft rows, one per prompt token, as the draft's prefill would
         have written them (eagle_worker_v2.py _draft_extend_for_prefill): at each token's
         position and slot, the next token in, the request's tail token after its last one.
+        They are written by the plain steps after it, unless the buffer fills first.
         False, buffering nothing, if the target's hidden states are not one row per token."""
         n = batch.input_ids.numel()
         if hidden is None or tuple(hidden.shape) != (n, self.hidden_states.shape[1]):
@@ -194,22 +211,24 @@ class DeferredDraftKV:
         return True
 
     def _append(self, n: int, **columns: torch.Tensor) -> None:
-        """Copy ``n`` rows into the buffer, writing it whenever it fills."""
+        """Copy ``n`` rows after the buffered ones, writing the oldest whenever the buffer is full."""
         done = 0
         while done < n:
             if self.rows == self.capacity:
-                self.write()
+                self._write_oldest(self.write_rows)
             take = min(n - done, self.capacity - self.rows)
             for name, values in columns.items():
                 getattr(self, name)[self.rows : self.rows + take].copy_(values[done : done + take])
             self.rows += take
             done += take
 
-    def write(self) -> None:
-        """Write every buffered row's draft KV in one replay of the one-token graph."""
-        n = self.rows
-        if not n:
-            return
+    def write_all(self) -> None:
+        """Write every buffered row, oldest first, one replay per ``write_rows``."""
+        while self.rows:
+            self._write_oldest(min(self.rows, self.write_rows))
+
+    def _write_oldest(self, n: int) -> None:
+        """Write the ``n`` oldest buffered rows' draft KV in one replay of the one-token graph."""
         self._latest_row_per_slot(n)
         positions = self.positions[:n]
         forward_batch = ForwardBatch(
@@ -231,19 +250,31 @@ class DeferredDraftKV:
             capture_hidden_mode=CaptureHiddenMode.LAST,
         )
         # Only a step's last read of the batch's buffers may publish the read-done event
-        # (_publish_read_done); a write comes earlier in its step, or in a prefill, which
-        # publishes none and so gets the scheduler's wait for the whole forward.
+        # (_publish_read_done); a write reads only this buffer, and comes after that read or
+        # in a prefill, which publishes none and so gets the scheduler's wait for its forward.
         read_done = self.runner.model_runner.war_fastpath_read_done_event
         self.runner.execute(forward_batch)
         self.runner.model_runner.war_fastpath_read_done_event = read_done
         self.rows_written += n
         self.writes += 1
-        self.rows = 0
+        self._drop_oldest(n)
+
+    def _drop_oldest(self, n: int) -> None:
+        """Move the rows after the ``n`` written ones to the front, in stream order after the
+        replay's copies of them."""
+        left = self.rows - n
+        if left:
+            for column in (self.input_ids, self.positions, self.out_cache_loc, self.req_pool_indices,
+                           self.hidden_states):
+                rest = column[n : n + left]
+                column[:left].copy_(rest.clone() if left > n else rest)  # overlapping ranges
+        self.rows = left
 
     def _latest_row_per_slot(self, n: int) -> None:
-        """Send every buffered row whose slot a later buffered row holds to the padding slot,
+        """Send every row of this write whose slot a later row of it holds to the padding slot,
         on the GPU, without a sync. Rows are numbered across writes, so what earlier writes
-        left in ``last_row_of_slot`` is below every number here."""
+        left in ``last_row_of_slot`` is below every number here; a later row left buffered is
+        written by a later replay, after this one in stream order."""
         slots = self.out_cache_loc[:n]
         numbers = self.row_numbers[:n] + self.rows_written
         self.last_row_of_slot.scatter_reduce_(0, slots, numbers, reduce="amax")

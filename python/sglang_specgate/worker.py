@@ -224,7 +224,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 # Upstream's stand-ins for the draft outputs a plain step never reads.
                 self._stub_skipped_draft_extend(batch, batch_result)
                 return
-            deferred.write()  # rows this step cannot join go first
+            deferred.write_all()  # rows this step cannot join go first
         self._draft_extend_every_step(batch, batch_result)
 
     def _draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids, mm_input_embeds=None):
@@ -249,7 +249,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             return draft_input
         # The draft's prefill reads the cache and writes slots buffered rows may hold; upstream
         # runs it inside the draft's contexts, so the write needs none of its own.
-        deferred.write()
+        deferred.write_all()
         return self._draft_extend_whole_prompt(batch, target_hidden_states, next_token_ids, mm_input_embeds)
 
     def _write_deferred_draft_kv(self) -> None:
@@ -265,7 +265,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             speculative_moe_backend_context(),
             speculative_moe_a2a_backend_context(),
         ):
-            deferred.write()
+            deferred.write_all()
 
     @contextlib.contextmanager
     def _one_token_backends_use_decode_kernels(self):
