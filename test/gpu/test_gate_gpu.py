@@ -161,6 +161,21 @@ def test_reenable_is_warm_for_a_draft_that_reads_its_kv_cache(start_server, prob
         assert episode["steps_to_recover"] is not None, episode  # within WINDOW_STEPS = 10
 
 
+@pytest.mark.parametrize("name, spec", [("probe-plain", False), ("probe-spec", True)])
+def test_ungated_servers_emit_the_probe_design(start_server, probe_pair, probe_design, name, spec):
+    # The controls for the probe tests' exact outputs: the same load on upstream's plain decode
+    # and on always-on EAGLE-3. A mismatch here is upstream's or the attention backend's, not
+    # the gate's.
+    server = start_server(name, spec=spec, pair=probe_pair)
+    load_prompts = walk_prompts(probe_design)
+    try:
+        outputs = greedy_run(server, load_prompts)
+    finally:
+        server.stop()
+    mismatched = mismatches(outputs, designed_outputs(probe_design, load_prompts))
+    assert not mismatched, f"{name} differs from the designed output: {mismatched[:20]}"
+
+
 def test_kv_probe_sees_a_stale_draft_kv_cache(start_server, probe_pair, probe_design):
     # The control: upstream's switch that skips the off state's draft extend leaves those
     # entries unwritten, and acceptance stays low for about KV_PROBE_OFFSET steps, past the window.
