@@ -1327,3 +1327,31 @@ def test_find_threshold_with_a_shared_plain_run(run_dir: Path, tmp_path: Path,
     assert find_threshold.main([str(spec_only)]) == 1  # no plain rows of its own
     assert find_threshold.main([str(spec_only), "--plain", str(run_dir)]) == 0
     assert "| spec-only | 2.50 |" in capsys.readouterr().out
+
+
+def test_gpu_job_runs_a_plan_and_packs_what_it_wrote(tmp_path):
+    """benchmark/gpu_job.sh's run and wait (start adds the kit's install, which needs the GPU
+    host): the plan's phases run, servers' logs are cut to their lines, $OUT gets the results."""
+    import subprocess
+    import tarfile
+
+    job, out = tmp_path / "job", tmp_path / "out"
+    (job / "results").mkdir(parents=True)
+    out.mkdir()
+    (job / "plan.sh").write_text(
+        "phase greet bash -c 'echo hello; exit 3'\n"
+        "mkdir -p $RESULTS/sweep/logs\n"
+        "printf 'Decode batch, #running-req: 9\\nweights loaded\\n' > $RESULTS/sweep/logs/server-plain.log\n"
+        "keep_lines $RESULTS/sweep/logs\n")
+    env = {"PATH": "/usr/bin:/bin", "GPU_JOB_DIR": str(job), "OUT": str(out)}
+    script = str(BENCH / "gpu_job.sh")
+    subprocess.run(["bash", script, "run"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    subprocess.run(["bash", script, "wait", "30"], env=env, check=True, capture_output=True, timeout=20)
+    with tarfile.open(out / "results.tgz") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        read = lambda name: tar.extractfile(members[name]).read().decode()
+        assert read("results/greet.log") == "hello\n"
+        assert "end greet: exit 3" in read("results/job.log") and "plan done" in read("results/job.log")
+        assert read("results/sweep/logs/server-plain-lines.txt") == "Decode batch, #running-req: 9\n"
+        assert "results/sweep/logs/server-plain.log" not in members  # the whole log stays behind
+        assert "results/PLAN_DONE" in members

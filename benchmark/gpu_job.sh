@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Run a plan of GPU phases detached on the project's lent, air-gapped GPU host, where one call
+# lasts at most 10 minutes and the host stays warm for about 30 s after each call.
+#
+#   bash benchmark/gpu_job.sh start PLAN SECONDS    first call, with the GPU kit carried as .gpu/
+#   bash /tmp/gpu-job/gpu_job.sh wait SECONDS       each later call, within 30 s of the last
+# (GPU_JOB_DIR moves /tmp/gpu-job.)
+#
+# `start` installs the kit (.gpu/wheels, shared/gpu/README.md) into /tmp/site and this checkout
+# into /tmp/plugin, copies the checkout to /tmp/gpu-job/repo (later calls may replace the working
+# tree the host was given), runs PLAN there in the background and waits; `wait` waits again. Both
+# return after SECONDS or once PLAN is done, and leave in $OUT what the phases wrote so far
+# (results.tgz, plus the sweeps' level traces under 15 MB each): what a call was cut short in
+# comes back with the next one.
+#
+# PLAN is a bash file sourced from the repository copy; it calls these, in order:
+#   phase NAME COMMAND...            COMMAND's output to $RESULTS/NAME.log, its time to job.log
+#   gpu_tests BACKEND SHAPE EXPR [LABEL]   test/gpu -k EXPR (env SPECGATE_GPU_*) into
+#                                    $RESULTS/tests-BACKEND-SHAPE[-LABEL], the servers' logs
+#                                    reduced to their decode, prefill, switch and gate lines
+#   keep_lines DIR                   the same reduction for a sweep's logs/
+# and writes what it wants back under $RESULTS.
+set -u
+JOB=${GPU_JOB_DIR:-/tmp/gpu-job}
+RESULTS=$JOB/results
+REPO=$JOB/repo
+export PYTHONPATH=/tmp/site:/tmp/plugin PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+  SGLANG_ENABLE_JIT_DEEPGEMM=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1 PATH=/tmp/site/bin:$PATH
+
+log() { echo "[$(date +%T)] $*" | tee -a "$RESULTS/job.log"; }
+
+phase() {
+  local name=$1 t0; shift
+  t0=$(date +%s); log "start $name"
+  "$@" > "$RESULTS/$name.log" 2>&1
+  log "end $name: exit $? after $(( $(date +%s) - t0 )) s"
+}
+
+keep_lines() {
+  local f
+  for f in "$1"/server-*.log; do
+    [ -f "$f" ] || continue
+    grep -E "Decode batch|Prefill batch|Switch adaptive|spec gate|Error|Traceback" "$f" > "${f%.log}-lines.txt"
+    tail -40 "$f" > "${f%.log}-tail.txt"
+    rm -f "$f"
+  done
+}
+
+gpu_tests() {
+  local dir="$RESULTS/tests-$1-$2${4:+-$4}"
+  mkdir -p "$dir"
+  SPECGATE_GPU_ATTENTION_BACKEND=$1 SPECGATE_GPU_SHAPE=$2 SPECGATE_GPU_LOGS=$dir \
+    python3 -m pytest test/gpu -m gpu -q -rs -s -p no:cacheprovider -k "$3"
+  local status=$?
+  keep_lines "$dir"
+  return $status
+}
+
+pack() {
+  rm -rf "${OUT:?}"/*
+  tar czf "$OUT/results.tgz" -C "$JOB" --exclude='*.trace.json.gz' results
+  find /tmp/specgate-sweep-* -name '*.trace.json.gz' -size -15M 2>/dev/null | head -6 | while read -r t; do
+    cp "$t" "$OUT/$(basename "$(dirname "$t")")-$(basename "$t" | tr -c 'A-Za-z0-9._\n-' _)"
+  done
+}
+
+wait_for_plan() {
+  local until=$(( $(date +%s) + $1 - 20 ))  # 20 s to pack
+  while [ "$(date +%s)" -lt "$until" ] && [ ! -f "$RESULTS/PLAN_DONE" ]; do sleep 5; done
+  tail -20 "$RESULTS/job.log"
+  pack
+}
+
+case ${1:-} in
+  start)
+    plan=$(realpath "$2")
+    mkdir -p "$RESULTS"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/wheels/*.whl || exit 1
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/plugin . || exit 1
+    rm -rf "$REPO" && mkdir -p "$REPO" && cp -r benchmark test python pyproject.toml README.md "$REPO"/
+    cp "$plan" "$JOB/plan.sh" && cp "$0" "$JOB/gpu_job.sh"
+    nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm --format=csv > "$RESULTS/gpu.csv"
+    log "installed; plan $2"
+    (cd "$REPO" && setsid bash "$JOB/gpu_job.sh" run > "$JOB/run.out" 2>&1 < /dev/null &)
+    wait_for_plan "$3" ;;
+  run)
+    nvidia-smi --query-gpu=timestamp,clocks.sm,temperature.gpu,power.draw --format=csv -l 5 > "$RESULTS/gpu-clocks.csv" 2>&1 &
+    clocks=$!
+    # shellcheck source=/dev/null
+    source "$JOB/plan.sh"
+    kill $clocks 2>/dev/null
+    touch "$RESULTS/PLAN_DONE"; log "plan done" ;;
+  wait) wait_for_plan "$2" ;;
+  *) sed -n 2,22p "$0"; exit 2 ;;
+esac
