@@ -48,6 +48,9 @@ class HostSeqLens:
         # Decode batches resolved from this mirror, and those that waited for upstream's copy.
         self.resolved_on_host = 0
         self.copied_back = 0
+        # Lengths the mirror gave that the GPU's published ones contradict, counted on the device
+        # (created at the first check), so checking every batch it serves costs no wait.
+        self.disagreements: torch.Tensor | None = None
 
     def published(self, req_pool_indices_cpu: torch.Tensor, lengths_cpu: torch.Tensor | None) -> None:
         """A forward published these slots' lengths: ``lengths_cpu``, or None if the host
@@ -64,8 +67,18 @@ class HostSeqLens:
             return None
         return self.lengths[req_pool_indices_cpu]
 
+    def check(self, device_lengths: torch.Tensor, host_lengths: torch.Tensor) -> None:
+        """Count, on the device, where the lengths the mirror served differ from the GPU's."""
+        differing = (device_lengths != host_lengths.to(device_lengths.device, non_blocking=True)).sum()
+        if self.disagreements is None:
+            self.disagreements = torch.zeros((), dtype=torch.int64, device=device_lengths.device)
+        self.disagreements += differing
+
     def snapshot(self) -> dict:
-        return {"resolved_on_host": self.resolved_on_host, "copied_back": self.copied_back}
+        """The counters; reading the disagreements waits for the device (/server_info only)."""
+        disagreed = 0 if self.disagreements is None else int(self.disagreements)
+        return {"resolved_on_host": self.resolved_on_host, "copied_back": self.copied_back,
+                "disagreed": disagreed}
 
 
 def install(pool_size: int, step_speculates: Callable[[int], bool]) -> HostSeqLens:
@@ -110,5 +123,6 @@ def resolve_with_host_lengths(original, future_map, batch) -> None:
         original(future_map, batch)
     finally:
         future_map.needs_cpu_seq_lens = True
+    mirror.check(batch.seq_lens, lengths)  # experimental: the device says whether it was right
     batch.seq_lens_cpu = lengths
     batch.seq_lens_sum = int(lengths.sum())

@@ -115,6 +115,7 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
     # where opted in, as the servers' environment says.
     if ATTENTION_BACKEND == "flashinfer" and host_seq_lens_opted_in():
         assert state["host_seq_lens"]["resolved_on_host"] > 0, state
+        assert state["host_seq_lens"]["disagreed"] == 0, state  # the GPU's lengths, every time
     else:
         assert state["host_seq_lens"] is None, state
     # Acceptance is back to its pre-off level within 10 speculative steps. This pair's draft
@@ -144,10 +145,11 @@ def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None)
         state = server.gate_state()
     finally:
         server.stop()
+    print(name, "re-enables:", json.dumps(state["reenable_acceptance"]),  # before a failure, too
+          "deferred draft KV:", json.dumps(state["deferred_draft_kv"]),
+          "host lengths:", json.dumps(state["host_seq_lens"]))
     mismatched = mismatches(outputs, designed_outputs(probe_design, load_prompts))
     assert not mismatched, f"{name} differs from the designed output: {mismatched[:20]}"
-    print(name, "re-enables:", json.dumps(state["reenable_acceptance"]),
-          "deferred draft KV:", json.dumps(state["deferred_draft_kv"]))
     episodes = [e for e in state["reenable_acceptance"]["recent"] if len(e["after"]) == WINDOW_STEPS]
     assert episodes, f"no re-enable with {WINDOW_STEPS} speculative steps after it: {state}"
     return episodes
