@@ -20,7 +20,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_specgate import host_seq_lens
 from sglang_specgate.args import HOST_SEQ_LENS_ENV
-from sglang_specgate.host_seq_lens import HostSeqLens, published_lengths, resolve_with_host_lengths
+from sglang_specgate.host_seq_lens import HostSeqLens, is_prefill, published_lengths, resolve_with_host_lengths
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
 
@@ -59,12 +59,16 @@ def mirror(monkeypatch):
 
 def test_what_the_host_knows_a_forward_publishes():
     prefill = batch([1, 2], [10, 20], ForwardMode.EXTEND)
-    assert published_lengths(prefill, plain_step=False).tolist() == [10, 20]
+    assert is_prefill(prefill)
+    assert published_lengths(prefill, prefill=True, plain_step=False).tolist() == [10, 20]
     step = batch([1, 2], [10, 20])
-    assert published_lengths(step, plain_step=True).tolist() == [11, 21]
-    assert published_lengths(step, plain_step=False) is None  # a verify's accept lengths
+    assert not is_prefill(step)
+    assert published_lengths(step, prefill=False, plain_step=True).tolist() == [11, 21]
+    assert published_lengths(step, prefill=False, plain_step=False) is None  # a verify's accept lengths
     step.seq_lens_cpu = None  # merge_batch drops the mirror when one side has none
-    assert published_lengths(step, plain_step=True) is None
+    assert published_lengths(step, prefill=False, plain_step=True) is None
+    # What verify makes of a decode batch before it publishes: an extend mode, not a prefill.
+    assert is_prefill(batch([1], [10], ForwardMode.TARGET_VERIFY))
 
 
 def test_a_batch_is_known_only_if_all_its_slots_are():
@@ -106,10 +110,10 @@ def test_after_plain_steps_resolve_takes_the_mirror_and_skips_the_copy(mirror):
     fm = future_map()
     prefill = batch([1, 2], [10, 20], ForwardMode.EXTEND)
     fm.publish(prefill.req_pool_indices, prefill.seq_lens)
-    mirror.published(prefill.req_pool_indices_cpu, published_lengths(prefill, plain_step=False))
+    mirror.published(prefill.req_pool_indices_cpu, published_lengths(prefill, is_prefill(prefill), plain_step=False))
     step = batch([1, 2], [10, 20])
     fm.publish(step.req_pool_indices, step.seq_lens + 1)  # a one-token verify accepts 1
-    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, is_prefill(step), plain_step=True))
 
     ours, upstream, seen = resolve_both_ways(fm, [2, 1], [0, 0])
     assert seen == [False]  # upstream's GPU-only path: no copy back, no wait
@@ -124,7 +128,7 @@ def test_lengths_the_gpu_contradicts_are_counted_where_the_mirror_served_them(mi
     # A publish the mirror missed: the GPU's lengths moved on, the mirror's did not.
     fm = future_map()
     step = batch([1, 2], [10, 20])
-    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, is_prefill(step), plain_step=True))
     fm.publish(step.req_pool_indices, step.seq_lens + torch.tensor([1, 2]))
     ours, _, seen = resolve_both_ways(fm, [1, 2], [0, 0])
     assert seen == [False] and ours.seq_lens_cpu.tolist() == [11, 21]  # the mirror's, served
@@ -138,7 +142,7 @@ def test_a_step_that_will_speculate_waits_as_upstream_does(mirror):
     fm = future_map()
     step = batch([3], [10])
     fm.publish(step.req_pool_indices, step.seq_lens + 1)
-    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, is_prefill(step), plain_step=True))
     assert mirror.lookup(step.req_pool_indices_cpu).tolist() == [11]
     ours, upstream, seen = resolve_both_ways(fm, [3], [0])  # a batch of 1: the gate turns on
     assert seen == [True]
@@ -149,9 +153,9 @@ def test_a_step_that_will_speculate_waits_as_upstream_does(mirror):
 def test_after_a_speculative_step_resolve_is_upstreams(mirror):
     fm = future_map()
     step = batch([1, 2], [10, 20])
-    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, is_prefill(step), plain_step=True))
     fm.publish(step.req_pool_indices, step.seq_lens + torch.tensor([3, 1]))  # accepted 3 and 1
-    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=False))
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, is_prefill(step), plain_step=False))
     ours, upstream, seen = resolve_both_ways(fm, [1, 2], [0, 0])
     assert seen == [True]
     assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [13, 21]
@@ -163,7 +167,7 @@ def test_resolve_is_upstreams_where_the_mirror_does_not_apply(mirror, monkeypatc
     fm = future_map(needs_cpu_seq_lens=case != "backend needs no host lengths")
     step = batch([1], [10])
     fm.publish(step.req_pool_indices, step.seq_lens + 1)
-    mirror.published(step.req_pool_indices_cpu, published_lengths(step, plain_step=True))
+    mirror.published(step.req_pool_indices_cpu, published_lengths(step, is_prefill(step), plain_step=True))
     if case == "no mirror":
         monkeypatch.setattr(host_seq_lens, "mirror", None)
     seen = []
@@ -176,13 +180,19 @@ def test_resolve_is_upstreams_where_the_mirror_does_not_apply(mirror, monkeypatc
 
 
 def publishing_upstream(steps, accepted):
-    """EAGLEWorkerV2.forward_batch_generation as far as publishing goes: it chooses the step
-    (activate_step_by_batch), then publishes the new lengths (eagle_worker_v2.py:1117-1181)."""
+    """EAGLEWorkerV2.forward_batch_generation as far as publishing goes: a prefill publishes its
+    lengths; a decode step is chosen (activate_step_by_batch), relabelled TARGET_VERIFY by its
+    verify (eagle_utils.py:542-543), then publishes (eagle_worker_v2.py:1106-1181)."""
 
     def forward_batch_generation(worker, b, on_publish=None, grammar_barrier=None):
         worker.speculative_num_steps = steps
+        if b.forward_mode.is_extend():
+            new_lengths = b.seq_lens
+        else:
+            b.forward_mode = ForwardMode.TARGET_VERIFY
+            new_lengths = b.seq_lens + accepted
         if on_publish is not None:
-            on_publish(b.seq_lens if b.forward_mode.is_extend() else b.seq_lens + accepted)
+            on_publish(new_lengths)
         return "result"
 
     return forward_batch_generation
@@ -225,11 +235,17 @@ def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths
         assert host_seq_lens.mirror.step_speculates == worker.gate.speculates_next
 
 
-@pytest.mark.parametrize("steps, accepted, known", [(PLAIN_STEPS, 1, [11, 21]), (3, 2, None)])
-def test_the_gated_worker_records_what_each_step_publishes(mirror, monkeypatch, steps, accepted, known):
+@pytest.mark.parametrize("mode, steps, accepted, known", [
+    (ForwardMode.DECODE, PLAIN_STEPS, 1, [11, 21]),
+    (ForwardMode.DECODE, 3, 2, None),  # a verify's accept lengths: the host does not know them
+    (ForwardMode.EXTEND, 3, 0, [10, 20]),
+], ids=["plain step", "speculative step", "prefill"])
+def test_the_gated_worker_records_what_each_step_publishes(mirror, monkeypatch, mode, steps, accepted, known):
+    # The decode steps are relabelled TARGET_VERIFY, an extend mode, before they publish; they
+    # were once recorded as prefills, their lengths frozen (2026-12-02-flashinfer-probe-target).
     monkeypatch.setattr(EAGLEWorkerV2, "forward_batch_generation", publishing_upstream(steps, accepted))
     worker, published = gated_worker(), []
-    step = batch([1, 2], [10, 20])
+    step = batch([1, 2], [10, 20], mode)
     assert worker.forward_batch_generation(step, on_publish=published.append) == "result"
     assert [t.tolist() for t in published] == [[10 + accepted, 20 + accepted]]  # upstream's publish kept
     looked_up = mirror.lookup(step.req_pool_indices_cpu)

@@ -151,9 +151,9 @@ class GateServerArgs(ServerArgs):
 
 def host_seq_lens_opted_in() -> bool:
     """Whether plain steps on backends that plan on host lengths (FlashInfer) take them from the
-    gate's mirror (host_seq_lens.py) instead of waiting for the GPU's copy. Opt-in: with it on,
-    a FlashInfer GPU test whose target checks its own attention returned wrong tokens, cause not
-    yet known (benchmark/results/2026-12-02-flashinfer-probe-target)."""
+    gate's mirror (host_seq_lens.py) instead of waiting for the GPU's copy. Opt-in until a GPU
+    run shows its fix: it served lengths short of the GPU's, and a FlashInfer server returned
+    wrong tokens (benchmark/results/2026-12-02-flashinfer-probe-target)."""
     raw = os.environ.get(HOST_SEQ_LENS_ENV, "")
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):

@@ -15,17 +15,20 @@ plain server's scheduler does (schedule_batch.py:2988, ``seq_lens_cpu + 1``).
 it; the gated worker records at every publish. For a batch whose every slot is known and whose
 step will not speculate, ``resolve_with_host_lengths`` takes upstream's GPU-only path for the
 device lengths and the mirror's for the host ones: no copy, no wait. Any other batch resolves as
-upstream does. That includes the first speculative step after plain ones, whose host lengths the
-mirror knows: without upstream's wait there, FlashInfer servers crashed within the first
-speculative steps after each re-enable
-(benchmark/results/2026-12-02-flashinfer-host-lengths-crash). Speculative steps keep that wait.
-So guarded, FlashInfer's off-state decode steps ran at 0.98-0.99x plain's, where they had run at
-0.73x (8B, C = 16-64, benchmark/results/2026-12-02-flashinfer-host-lengths-guarded).
+upstream does, the first speculative step after plain ones included.
 
-Opt-in (``SGLANG_SPEC_GATE_HOST_SEQ_LENS=1``, args.host_seq_lens_opted_in): once the probe
-pair's target checked its own attention, a FlashInfer server with the mirror returned wrong
-tokens (benchmark/results/2026-12-02-flashinfer-probe-target). Whether the mirror causes that
-is not yet known.
+Opt-in (``SGLANG_SPEC_GATE_HOST_SEQ_LENS=1``, args.host_seq_lens_opted_in) until a GPU run with
+the fix below passes. Until that fix the worker judged "prefill" when upstream published, after
+verify had relabelled each decode batch TARGET_VERIFY, an extend mode (``is_prefill``). So every
+decode step published the lengths it started with, and from an off period's first step on the
+mirror served lengths that fell further behind the GPU's every step. FlashInfer planned attention
+over too few KV entries: wrong tokens once the probe pair's target checked its attention
+(benchmark/results/2026-12-02-flashinfer-probe-target), and, likely, where the stale lengths
+reached a speculative step, the crashes of benchmark/results/2026-12-02-flashinfer-host-lengths-crash. The
+speeds measured with it (decode steps at 0.98-0.99x plain,
+benchmark/results/2026-12-02-flashinfer-host-lengths-guarded) are of that too-short attention.
+Speculative steps still take upstream's wait, as they did since that crash. Every batch the mirror
+serves is compared with the GPU's lengths on the device (``check``; ``disagreed`` in /server_info).
 """
 
 from __future__ import annotations
@@ -87,14 +90,21 @@ def install(pool_size: int, step_speculates: Callable[[int], bool]) -> HostSeqLe
     return mirror
 
 
-def published_lengths(batch, plain_step: bool) -> torch.Tensor | None:
+def is_prefill(batch) -> bool:
+    """Upstream's own test for a prefill forward (eagle_worker_v2.py:1106). Ask it before the
+    forward: verify relabels a decode batch TARGET_VERIFY (eagle_utils.py:542-543), an extend
+    mode too, so asked at publish time it takes every decode step for a prefill."""
+    return batch.forward_mode.is_extend() or batch.is_extend_in_batch
+
+
+def published_lengths(batch, prefill: bool, plain_step: bool) -> torch.Tensor | None:
     """What the forward of ``batch`` publishes as its new lengths, where the host knows it:
-    a prefill publishes the batch's lengths (eagle_worker_v2.py:1119), a plain step its
-    lengths plus the one token it accepts (new_seq_lens = seq_lens + accept_lens,
-    eagle_worker_common.py:589)."""
+    a prefill (``is_prefill`` before the forward) publishes the batch's lengths
+    (eagle_worker_v2.py:1119), a plain step its lengths plus the one token it accepts
+    (new_seq_lens = seq_lens + accept_lens, eagle_worker_common.py:589)."""
     if batch.seq_lens_cpu is None:
         return None
-    if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+    if prefill:
         return batch.seq_lens_cpu
     return batch.seq_lens_cpu + 1 if plain_step else None
 

@@ -201,12 +201,14 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         mirror = host_seq_lens.mirror
         if on_publish is not None and mirror is not None:
             publish = on_publish
+            prefill = host_seq_lens.is_prefill(batch)  # before verify relabels the batch
 
             def on_publish(new_seq_lens):
                 publish(new_seq_lens)
                 # Read when upstream publishes, after activate_step_by_batch chose the step.
                 plain = self.speculative_num_steps == PLAIN_STEPS
-                mirror.published(batch.req_pool_indices_cpu, host_seq_lens.published_lengths(batch, plain))
+                mirror.published(batch.req_pool_indices_cpu,
+                                 host_seq_lens.published_lengths(batch, prefill, plain))
 
         return super().forward_batch_generation(batch, on_publish=on_publish, **kwargs)
 
