@@ -24,9 +24,10 @@ decode step published the lengths it started with, and from an off period's firs
 mirror served lengths that fell further behind the GPU's every step. FlashInfer planned attention
 over too few KV entries: wrong tokens once the probe pair's target checked its attention
 (benchmark/results/2026-12-02-flashinfer-probe-target), and, likely, where the stale lengths
-reached a speculative step, the crashes of benchmark/results/2026-12-02-flashinfer-host-lengths-crash. The
-speeds measured with it (decode steps at 0.98-0.99x plain,
-benchmark/results/2026-12-02-flashinfer-host-lengths-guarded) are of that too-short attention.
+reached a speculative step, the crashes of
+benchmark/results/2026-12-02-flashinfer-host-lengths-crash. The speeds measured with it (decode
+steps at 0.98-0.99x plain, benchmark/results/2026-12-02-flashinfer-host-lengths-guarded) are of
+that too-short attention.
 Speculative steps still take upstream's wait, as they did since that crash. Every batch the mirror
 serves is compared with the GPU's lengths on the device (``check``; ``disagreed`` in /server_info).
 """
