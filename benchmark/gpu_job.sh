@@ -2,7 +2,8 @@
 # Run a plan of GPU phases detached on the project's lent, air-gapped GPU host, where one call
 # lasts at most 10 minutes and the host stays warm for about 30 s after each call.
 #
-#   bash benchmark/gpu_job.sh start PLAN SECONDS    first call, with the GPU kit carried as .gpu/
+#   bash benchmark/gpu_job.sh start PLAN SECONDS    a plan's first call, with the GPU kit carried
+#                                                   as .gpu/ (on a warm host: once its plan is done)
 #   bash /tmp/gpu-job/gpu_job.sh wait SECONDS       each later call, within 30 s of the last
 # (GPU_JOB_DIR moves /tmp/gpu-job.)
 #
@@ -14,7 +15,8 @@
 # comes back with the next one.
 #
 # PLAN is a bash file sourced from the repository copy; it calls these, in order:
-#   phase NAME COMMAND...            COMMAND's output to $RESULTS/NAME.log, its time to job.log
+#   phase NAME COMMAND...            COMMAND's output to $RESULTS/NAME.log, its time and status
+#                                    to job.log; returns its status
 #   gpu_tests BACKEND SHAPE EXPR [LABEL]   test/gpu -k EXPR (env SPECGATE_GPU_*) into
 #                                    $RESULTS/tests-BACKEND-SHAPE[-LABEL], the servers' logs
 #                                    reduced to their decode, prefill, switch and gate lines
@@ -30,11 +32,13 @@ export PYTHONPATH=/tmp/site:/tmp/plugin PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRAN
 
 log() { echo "[$(date +%T)] $*" | tee -a "$RESULTS/job.log"; }
 
-phase() {
-  local name=$1 t0; shift
+phase() {  # returns COMMAND's status, so that a plan can run a control only after a failure
+  local name=$1 t0 status; shift
   t0=$(date +%s); log "start $name"
   "$@" > "$RESULTS/$name.log" 2>&1
-  log "end $name: exit $? after $(( $(date +%s) - t0 )) s"
+  status=$?
+  log "end $name: exit $status after $(( $(date +%s) - t0 )) s"
+  return $status
 }
 
 keep_lines() {
@@ -51,8 +55,9 @@ gpu_tests() {
   local dir="$RESULTS/tests-$1-$2${4:+-$4}"
   mkdir -p "$dir"
   SPECGATE_GPU_ATTENTION_BACKEND=$1 SPECGATE_GPU_SHAPE=$2 SPECGATE_GPU_LOGS=$dir \
-    python3 -m pytest test/gpu -m gpu -q -rs -s -p no:cacheprovider -k "$3"
+    python3 -m pytest test/gpu -m gpu -q -rs -s -p no:cacheprovider -k "$3" --basetemp "$JOB/pytest"
   local status=$?
+  rm -rf "$JOB/pytest"  # the generated models: two 8B pairs fill the host's disk
   keep_lines "$dir"
   return $status
 }
@@ -75,9 +80,13 @@ wait_for_plan() {
 case ${1:-} in
   start)
     plan=$(realpath "$2")
-    mkdir -p "$RESULTS"
+    # A host still warm from an earlier call: its plan's results came back with that call.
+    if [ -d "$RESULTS" ] && [ ! -f "$RESULTS/PLAN_DONE" ]; then
+      echo "a plan is still running here: bash $JOB/gpu_job.sh wait SECONDS" >&2; exit 1
+    fi
+    rm -rf "$RESULTS" && mkdir -p "$RESULTS"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/wheels/*.whl || exit 1
-    python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/plugin . || exit 1
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade --target /tmp/plugin . || exit 1
     rm -rf "$REPO" && mkdir -p "$REPO" && cp -r benchmark test python pyproject.toml README.md "$REPO"/
     cp "$plan" "$JOB/plan.sh" && cp "$0" "$JOB/gpu_job.sh"
     nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm --format=csv > "$RESULTS/gpu.csv"
@@ -92,5 +101,5 @@ case ${1:-} in
     kill $clocks 2>/dev/null
     touch "$RESULTS/PLAN_DONE"; log "plan done" ;;
   wait) wait_for_plan "$2" ;;
-  *) sed -n 2,22p "$0"; exit 2 ;;
+  *) sed -n 2,24p "$0"; exit 2 ;;
 esac

@@ -1339,7 +1339,7 @@ def test_gpu_job_runs_a_plan_and_packs_what_it_wrote(tmp_path):
     (job / "results").mkdir(parents=True)
     out.mkdir()
     (job / "plan.sh").write_text(
-        "phase greet bash -c 'echo hello; exit 3'\n"
+        "phase greet bash -c 'echo hello; exit 3' || echo failed > $RESULTS/control.log\n"
         "mkdir -p $RESULTS/sweep/logs\n"
         "printf 'Decode batch, #running-req: 9\\nweights loaded\\n' > $RESULTS/sweep/logs/server-plain.log\n"
         "keep_lines $RESULTS/sweep/logs\n")
@@ -1351,7 +1351,12 @@ def test_gpu_job_runs_a_plan_and_packs_what_it_wrote(tmp_path):
         members = {m.name: m for m in tar.getmembers()}
         read = lambda name: tar.extractfile(members[name]).read().decode()
         assert read("results/greet.log") == "hello\n"
+        assert read("results/control.log") == "failed\n"  # phase returned the command's status
         assert "end greet: exit 3" in read("results/job.log") and "plan done" in read("results/job.log")
         assert read("results/sweep/logs/server-plain-lines.txt") == "Decode batch, #running-req: 9\n"
         assert "results/sweep/logs/server-plain.log" not in members  # the whole log stays behind
         assert "results/PLAN_DONE" in members
+    (job / "results" / "PLAN_DONE").unlink()  # as while a plan runs: a second start must not clobber it
+    started = subprocess.run(["bash", script, "start", str(job / "plan.sh"), "30"], env=env,
+                             capture_output=True, text=True)
+    assert started.returncode == 1 and "a plan is still running here" in started.stderr

@@ -101,6 +101,16 @@ def test_greedy_outputs_identical(greedy_outputs, designed_greedy):
         assert not mismatched, f"{name} differs from the designed output: {mismatched[:20]}"
 
 
+def assert_host_lengths_agreed(state: dict) -> None:
+    # FlashInfer plans on host lengths: after plain steps the gate supplies them (host_seq_lens.py)
+    # where opted in, as the servers' environment says.
+    if ATTENTION_BACKEND == "flashinfer" and host_seq_lens_opted_in():
+        assert state["host_seq_lens"]["resolved_on_host"] > 0, state
+        assert state["host_seq_lens"]["disagreed"] == 0, state  # the GPU's lengths, every time
+    else:
+        assert state["host_seq_lens"] is None, state
+
+
 def test_gate_switched_during_the_run(gated_greedy, gated):
     state = gated.gate_state()
     print("gate state after the greedy run:", json.dumps(state))  # the figures, with -s
@@ -111,13 +121,7 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
     assert deferred["writes"] > 0 and deferred["rows_written"] > deferred["writes"], deferred
     assert state["switches"] >= 2, state  # off in a burst, on again after it drained
     assert state["decode_steps_spec"] > 0 and state["decode_steps_plain"] > 0
-    # FlashInfer plans on host lengths: after plain steps the gate supplies them (host_seq_lens.py)
-    # where opted in, as the servers' environment says.
-    if ATTENTION_BACKEND == "flashinfer" and host_seq_lens_opted_in():
-        assert state["host_seq_lens"]["resolved_on_host"] > 0, state
-        assert state["host_seq_lens"]["disagreed"] == 0, state  # the GPU's lengths, every time
-    else:
-        assert state["host_seq_lens"] is None, state
+    assert_host_lengths_agreed(state)
     # Acceptance is back to its pre-off level within 10 speculative steps. This pair's draft
     # ignores its KV cache (o_proj = 0), so that only shows the first steps' recovery; whether
     # the KV cache was kept current is the KV-probe tests' question.
@@ -150,6 +154,7 @@ def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None)
           "host lengths:", json.dumps(state["host_seq_lens"]))
     mismatched = mismatches(outputs, designed_outputs(probe_design, load_prompts))
     assert not mismatched, f"{name} differs from the designed output: {mismatched[:20]}"
+    assert_host_lengths_agreed(state)
     episodes = [e for e in state["reenable_acceptance"]["recent"] if len(e["after"]) == WINDOW_STEPS]
     assert episodes, f"no re-enable with {WINDOW_STEPS} speculative steps after it: {state}"
     return episodes
