@@ -174,15 +174,15 @@ def test_bad_cli_input_exits_2_with_clear_message(name, extra, env, expected, ea
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("value, opted_in", [
-    (None, False), ("0", False), ("off", False), ("1", True), (" TRUE ", True), ("yes", True)])
-def test_host_seq_lens_are_opt_in(value, opted_in, eagle_argv, monkeypatch):
-    from sglang_specgate.args import host_seq_lens_opted_in
+@pytest.mark.parametrize("value, enabled", [
+    (None, True), ("1", True), (" TRUE ", True), ("yes", True), ("0", False), ("off", False)])
+def test_host_seq_lens_are_on_unless_set_to_0(value, enabled, eagle_argv, monkeypatch):
+    from sglang_specgate.args import host_seq_lens_enabled
 
     if value is not None:
         monkeypatch.setenv(HOST_SEQ_LENS_ENV, value)
     parse(eagle_argv + [FLAG, "8"])  # accepted at start-up
-    assert host_seq_lens_opted_in() is opted_in
+    assert host_seq_lens_enabled() is enabled
 
 
 @pytest.mark.parametrize("value", ["2", "maybe", "1.0"])
@@ -192,7 +192,7 @@ def test_garbage_host_seq_lens_env_exits_2_naming_it(value, eagle_argv, monkeypa
         parse(eagle_argv + [FLAG, "8"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert HOST_SEQ_LENS_ENV in err and repr(value) in err and "unset it" in err, err
+    assert HOST_SEQ_LENS_ENV in err and repr(value) in err and "Set it to 1 or 0, or unset it" in err, err
     assert "Traceback" not in err
 
 

@@ -213,21 +213,21 @@ def gated_worker(disaggregation_mode="null", needs_host_lengths=(False, True, Fa
     return worker
 
 
-@pytest.mark.parametrize("worker, opted_in, installed", [
-    (gated_worker(), "1", True),
-    # Opt-in (args.host_seq_lens_opted_in): unset, the scheduler copies lengths as upstream does.
-    (gated_worker(), None, False),
+@pytest.mark.parametrize("worker, setting, installed", [
+    (gated_worker(), None, True),
+    # Turned off (args.host_seq_lens_enabled): the scheduler copies lengths as upstream does.
+    (gated_worker(), "0", False),
     # Triton and FA3 need no host lengths: the scheduler never copies them, nothing to mirror.
-    (gated_worker(needs_host_lengths=(False, False, False)), "1", False),
+    (gated_worker(needs_host_lengths=(False, False, False)), None, False),
     # PD disaggregation publishes lengths outside the worker: upstream's copy.
-    (gated_worker("decode"), "1", False),
-], ids=["needs host lengths", "not opted in", "needs none", "pd disaggregation"])
+    (gated_worker("decode"), None, False),
+], ids=["needs host lengths", "turned off", "needs none", "pd disaggregation"])
 def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths(
-        monkeypatch, worker, opted_in, installed):
+        monkeypatch, worker, setting, installed):
     monkeypatch.setattr(host_seq_lens, "mirror", None)
     monkeypatch.delenv(HOST_SEQ_LENS_ENV, raising=False)
-    if opted_in is not None:
-        monkeypatch.setenv(HOST_SEQ_LENS_ENV, opted_in)
+    if setting is not None:
+        monkeypatch.setenv(HOST_SEQ_LENS_ENV, setting)
     worker.init_attention_backends()
     assert (host_seq_lens.mirror is not None) is installed
     if installed:

@@ -154,10 +154,7 @@ def test_unverified_backend_is_left_alone(caplog):
     assert "--attention-backend triton or flashinfer" in caplog.text  # the fix, named
 
 
-def test_a_backend_with_an_open_gpu_failure_is_converted_with_a_warning(caplog):
+def test_verified_backends_are_converted_without_a_warning(caplog):
     assert use_decode_kernels(bare_flashinfer_backend(max_bs=4))
-    assert "returned wrong tokens" in caplog.text and "FlashInferAttnBackend" in caplog.text
-    assert "--attention-backend triton" in caplog.text  # the way out, named
-    caplog.clear()
     assert use_decode_kernels(bare_triton_backend())
     assert "spec gate" not in caplog.text

@@ -119,7 +119,7 @@ class GateServerArgs(ServerArgs):
             validate_gate_combination(self)
 
     def _resolve_gate_fields(self) -> None:
-        host_seq_lens_opted_in()  # read again in the scheduler processes; garbage fails here first
+        host_seq_lens_enabled()  # read again in the scheduler processes; garbage fails here first
         threshold = self.speculative_disable_batch_threshold
         if threshold is None:
             env = os.environ.get(THRESHOLD_ENV)
@@ -149,20 +149,21 @@ class GateServerArgs(ServerArgs):
         )
 
 
-def host_seq_lens_opted_in() -> bool:
+def host_seq_lens_enabled() -> bool:
     """Whether plain steps on backends that plan on host lengths (FlashInfer) take them from the
-    gate's mirror (host_seq_lens.py) instead of waiting for the GPU's copy. Opt-in until a GPU
-    run shows its fix: it served lengths short of the GPU's, and a FlashInfer server returned
-    wrong tokens (benchmark/results/2026-12-02-flashinfer-probe-target)."""
+    gate's mirror (host_seq_lens.py) instead of waiting for the GPU's copy. On unless set to 0:
+    the way back to upstream's copy, should the mirror's device check (``disagreed`` in
+    /server_info) ever count a length it served wrong."""
     raw = os.environ.get(HOST_SEQ_LENS_ENV, "")
     value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
+    if value in ("", "1", "true", "yes", "on"):
         return True
-    if value in ("", "0", "false", "no", "off"):
+    if value in ("0", "false", "no", "off"):
         return False
     raise SpecGateConfigError(
-        f"{HOST_SEQ_LENS_ENV} must be 1 (experimental: FlashInfer plain steps plan on the gate's "
-        f"host lengths) or 0, got {raw!r}. Set it to 0 or unset it."
+        f"{HOST_SEQ_LENS_ENV} must be 1 (FlashInfer plain steps plan on the gate's host lengths, "
+        f"the default) or 0 (they wait for the GPU's, as upstream), got {raw!r}. "
+        "Set it to 1 or 0, or unset it."
     )
 
 

@@ -30,7 +30,8 @@ The buffer holds ``STAGED_WRITES`` replays' worth, so a prefill's rows wait for 
 after it: there the write's host work overlaps the step's GPU work. Written inside the prefill, it
 did not: a small prefill on FlashInfer is bound by the host, so the GPU waited through the 4-6 ms
 the host spent buffering and writing its rows (8B, C = 32, each prefill 8 ms dearer than a plain
-server's: benchmark/results/2026-12-02-flashinfer-c32-traced).
+server's: benchmark/results/2026-12-02-flashinfer-c32-traced). Staged, it cost 2 ms more than a
+plain server's (benchmark/results/2026-12-02-flashinfer-host-lengths-fixed).
 So finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
 reuse is complete. A slot the scheduler frees (finished or retracted requests, radix eviction)
 can be handed to a row buffered later, in the same write: the later row holds the slot's new

@@ -107,23 +107,16 @@ class DecodePathSupport:
 
     read_one_entry: Callable[[Any], None]
     take_rows: Callable[[Any, int], None]
-    # What the last GPU check of this backend's off state found against it, warned at start-up.
-    open_failure: str | None = None
 
 
 # Backends, by class name, whose decode path has served the off state on a GPU through real
-# SGLang with test/gpu passing (Triton: benchmark/results/2026-11-30-gate-smoke-1b and, its
-# target's attention checked too, 2026-12-02-flashinfer-probe-target; FlashInfer:
-# 2026-12-02-flashinfer-off-path, before that check). Others keep upstream's extend kernels,
+# SGLang with test/gpu passing, the probe pair's target checking its own attention (Triton:
+# benchmark/results/2026-12-02-flashinfer-probe-target; FlashInfer, with the gate's host lengths
+# and without: 2026-12-02-flashinfer-host-lengths-fixed). Others keep upstream's extend kernels,
 # with a warning.
 VERIFIED_BACKENDS = {
     "TritonAttnBackend": DecodePathSupport(_triton_reads_one_entry, _triton_take_rows),
-    "FlashInferAttnBackend": DecodePathSupport(
-        _plans_from_host_lengths, _flashinfer_take_rows,
-        open_failure="its last GPU test, whose target checks its own attention, returned wrong "
-        "tokens with the gate's host lengths, whose bug is fixed since; without them it has not "
-        "run that test yet (benchmark/results/2026-12-02-flashinfer-probe-target). Use "
-        "--attention-backend triton where outputs must be exact until it has"),
+    "FlashInferAttnBackend": DecodePathSupport(_plans_from_host_lengths, _flashinfer_take_rows),
 }
 VERIFIED_BACKEND_FLAGS = "--attention-backend triton or flashinfer"
 
@@ -200,9 +193,6 @@ def use_decode_kernels(backend) -> bool:
             VERIFIED_BACKEND_FLAGS,
         )
         return False
-    open_failure = VERIFIED_BACKENDS[cls.__name__].open_failure
-    if open_failure:
-        logger.warning("spec gate: the fast off path on %s: %s.", cls.__name__, open_failure)
     if cls not in _decode_classes:
         _decode_classes[cls] = _one_token_decode_class(cls)
     # Same instance, same buffers; only the method lookup changes, so isinstance checks

@@ -37,7 +37,7 @@ from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate import host_seq_lens
-from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError, host_seq_lens_opted_in
+from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError, host_seq_lens_enabled
 from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture_write_sizes, why_not_deferred
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.observability import SwitchLog
@@ -185,13 +185,13 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
 
     def init_attention_backends(self) -> None:
         super().init_attention_backends()
-        # Opted in only (args.host_seq_lens_opted_in), and only where the scheduler copies host
+        # Unless turned off (args.host_seq_lens_enabled), and only where the scheduler copies host
         # lengths back, by its own decision on these backends (scheduler.py:1414-1426);
         # elsewhere recording them would be per-step waste. PD disaggregation publishes lengths
         # outside the worker (eagle_disaggregation.py:75), which the mirror would miss: it keeps
         # upstream's copy.
         if (
-            host_seq_lens_opted_in()
+            host_seq_lens_enabled()
             and self.server_args.disaggregation_mode == "null"
             and decide_needs_cpu_seq_lens(self.server_args, self.spec_v2_attn_backends)
         ):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from servers import ATTENTION_BACKEND, KV_PROBE_OFFSET, THRESHOLD, ramping_load  # first: it puts benchmark/ on sys.path
-from sglang_specgate.args import host_seq_lens_opted_in
+from sglang_specgate.args import host_seq_lens_enabled
 from sglang_specgate.reenable import WINDOW_STEPS
 
 import sweep  # noqa: E402
@@ -103,8 +103,8 @@ def test_greedy_outputs_identical(greedy_outputs, designed_greedy):
 
 def assert_host_lengths_agreed(state: dict) -> None:
     # FlashInfer plans on host lengths: after plain steps the gate supplies them (host_seq_lens.py)
-    # where opted in, as the servers' environment says.
-    if ATTENTION_BACKEND == "flashinfer" and host_seq_lens_opted_in():
+    # unless the servers' environment turns that off.
+    if ATTENTION_BACKEND == "flashinfer" and host_seq_lens_enabled():
         assert state["host_seq_lens"]["resolved_on_host"] > 0, state
         assert state["host_seq_lens"]["disagreed"] == 0, state  # the GPU's lengths, every time
     else:
