@@ -16,25 +16,61 @@ import json
 import re
 import statistics
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 DECODE_LINE = re.compile(r"Decode batch, #running-req: (\d+),.*?gen throughput \(token/s\): ([\d.]+)")
+ACCEPT_LENGTH = re.compile(r"accept len: ([\d.]+)")  # speculative servers' lines only
 PREFILL_LINE = re.compile(r"Prefill batch, #new-seq: (\d+), #new-token: (\d+)")
 # A closed loop refills a finished request's slot after its prefill, so the batch sits a little
 # under C while the level runs; 90 % of C keeps the steady state and drops the drain.
 FULL_BATCH = 0.9
+DECODE_LOG_INTERVAL = 40  # decode steps a line covers: SGLang's default, which sweep.py keeps
+# An interval this many times the median holds more than decoding and prefills (a level's edges).
+OUTLIER_INTERVAL = 2.5
 
 
-def decode_intervals(log_text: str) -> list[tuple[int, float, bool]]:
-    """Each decode line's (running requests, gen tok/s, whether a prefill ran in its interval)."""
-    intervals, prefilled = [], False
+class Interval(NamedTuple):
+    """The decode steps one log line covers."""
+
+    running: int  # requests in the batch
+    tok_s: float  # gen throughput over the interval, prefills in it included
+    prefills: int  # prefill batches logged in the interval
+    accept: float  # tokens a request gained a step: 1 for a plain server
+
+    def duration_ms(self) -> float:
+        return 1000 * DECODE_LOG_INTERVAL * self.running * self.accept / self.tok_s
+
+
+def decode_intervals(log_text: str) -> list[Interval]:
+    intervals, prefills = [], 0
     for line in log_text.splitlines():
         if PREFILL_LINE.search(line):
-            prefilled = True
+            prefills += 1
         elif match := DECODE_LINE.search(line):
-            intervals.append((int(match[1]), float(match[2]), prefilled))
-            prefilled = False
+            accept = ACCEPT_LENGTH.search(line)
+            intervals.append(Interval(int(match[1]), float(match[2]), prefills,
+                                      float(accept[1]) if accept else 1.0))
+            prefills = 0
     return intervals
+
+
+def prefill_cost(intervals: list[Interval]) -> Optional[dict]:
+    """What a prefill batch costs the decoding requests: a least-squares line through the
+    intervals' durations against the prefill batches in each. ``step_ms``: a decode step alone
+    (the intercept over the interval's steps); ``per_prefill_ms``: the slope. Two servers whose
+    whole runs differ more than their decode steps do differ here
+    (benchmark/results/2026-12-02-flashinfer-c32-traced). None unless some intervals hold a
+    prefill and some do not."""
+    points = [(i.prefills, i.duration_ms()) for i in intervals if i.tok_s > 0]
+    if not points:
+        return None
+    typical = statistics.median(ms for _, ms in points)
+    points = [(prefills, ms) for prefills, ms in points if ms <= OUTLIER_INTERVAL * typical]
+    if len({prefills for prefills, _ in points}) < 2 or min(prefills for prefills, _ in points) > 0:
+        return None
+    slope, intercept = statistics.linear_regression(*zip(*points))
+    return {"intervals": len(points), "step_ms": round(intercept / DECODE_LOG_INTERVAL, 3),
+            "per_prefill_ms": round(slope, 2)}
 
 
 def prefill_batches(log_text: str) -> dict:
@@ -56,13 +92,15 @@ def steady_throughput(log_text: str, concurrency: int, at_most: Optional[int] = 
     (and at most ``at_most``). ``decode_only``: the same over the intervals no prefill
     interrupted, which measures a decode step alone: at full batch the two servers' prefills
     can come at different rates (a closed loop with one output length keeps plain's requests
-    finishing in waves, and anything that desynchronizes them brings more, smaller prefills)."""
-    steady = [(tok_s, prefilled) for running, tok_s, prefilled in decode_intervals(log_text)
-              if FULL_BATCH * concurrency <= running <= (at_most or running)]
+    finishing in waves, and anything that desynchronizes them brings more, smaller prefills).
+    ``prefill_cost``: those intervals' ``prefill_cost``."""
+    steady = [i for i in decode_intervals(log_text)
+              if FULL_BATCH * concurrency <= i.running <= (at_most or i.running)]
     if not steady:
         return None
-    return {**_median([tok_s for tok_s, _ in steady]),
-            "decode_only": _median([tok_s for tok_s, prefilled in steady if not prefilled])}
+    return {**_median([i.tok_s for i in steady]),
+            "decode_only": _median([i.tok_s for i in steady if not i.prefills]),
+            "prefill_cost": prefill_cost(steady)}
 
 
 def read_from(path: Path, offset: int) -> str:

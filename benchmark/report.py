@@ -258,10 +258,18 @@ def versus_plain_table(res: Results) -> str:
                          fmt(median_ratio(*steady), 3),
                          fmt(median_ratio(*(part.get("decode_only") for part in steady)), 3),
                          fmt(gated["mean_ttft_ms"] / base["mean_ttft_ms"], 3),
-                         " / ".join(str(p["batches"]) for p in prefills) if all(prefills) else "–"])
+                         " / ".join(str(p["batches"]) for p in prefills) if all(prefills) else "–",
+                         prefill_cost_pair(*(part.get("prefill_cost") for part in steady))])
     return md_table(["config", "C", "tok/s vs plain", "median TPOT vs plain",
                      "steady decode tok/s vs plain", "decode only", "mean TTFT vs plain",
-                     "prefill batches gated / plain"], rows)
+                     "prefill batches gated / plain", "ms a step, a prefill: gated / plain"], rows)
+
+
+def prefill_cost_pair(gated: Optional[dict], base: Optional[dict]) -> str:
+    if not (gated and base):
+        return "–"
+    return (f"{gated['step_ms']:.2f}, {gated['per_prefill_ms']:.1f} / "
+            f"{base['step_ms']:.2f}, {base['per_prefill_ms']:.1f}")
 
 
 def median_ratio(gated: Optional[dict], base: Optional[dict]) -> Optional[float]:
@@ -435,7 +443,10 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "decode only: the same over the log intervals no prefill interrupted (a "
                   "decode step's own cost; at a full batch two servers' prefills can come at "
                   "different rates). prefill batches: those the server log shows during the "
-                  "level, each one an interruption of decoding. "
+                  "level, each one an interruption of decoding. ms a step, a prefill: a "
+                  "least-squares line through the steady log intervals' durations against the "
+                  "prefill batches in each: a decode step alone, and what one prefill batch "
+                  "costs the decoding requests (`decode_log.prefill_cost`). "
                   "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
                   "draft over the prompt too (about 6 % more prefill GPU time at 8B; "
                   "benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail)."]

@@ -461,7 +461,9 @@ def run_dir(tmp_path: Path) -> Path:
          "delta": {"decode_steps_spec": 100 if c <= 4 else 3, "decode_steps_plain":
                    0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2},
          "steady_decode": {"lines": 9, "median_tok_s": 2880.0,
-                           "decode_only": {"lines": 5, "median_tok_s": 2910.0}} if c == 16 else None,
+                           "decode_only": {"lines": 5, "median_tok_s": 2910.0},
+                           "prefill_cost": {"intervals": 9, "step_ms": 5.8, "per_prefill_ms": 18.49}}
+         if c == 16 else None,
          "prefills": {"batches": 12, "requests": 80, "tokens": 40000} if c == 16 else None,
          "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None,
          "cpu_busy": {"tokenizer": 0.9, "scheduler": 0.75, "detokenizer": 0.3} if c == 16 else {},
@@ -470,7 +472,8 @@ def run_dir(tmp_path: Path) -> Path:
         for c in GATE
     ] + [{"tag": "plain,c=16", "config": "plain", "max_concurrency": 16, "before": None,
           "after": None, "delta": None,  # a run from before decode_only was measured:
-          "steady_decode": {"lines": 9, "median_tok_s": 3000.0},
+          "steady_decode": {"lines": 9, "median_tok_s": 3000.0,
+                            "prefill_cost": {"intervals": 9, "step_ms": 5.663, "per_prefill_ms": 16.54}},
           "prefills": {"batches": 9, "requests": 80, "tokens": 40000},
           "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None},
           "cpu_busy": {"tokenizer": 0.45, "scheduler": 0.75},
@@ -518,8 +521,8 @@ def test_report_tables(run_dir: Path) -> None:
     assert "target `/tmp/models/target`, draft `/tmp/models/draft`, 3 draft steps" in text
     # gated / plain: 2550 / 2700 tok/s; TPOT 1000*16/2550 over 1000*16/2700
     # steady decode 2880 / 3000; decode only: plain's not measured; mean TTFT 60 / 50
-    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | – | 1.200 | 12 / 9 |" in text
-    assert "| gate-4 | 8 | 0.987 | 1.014 | – | – | 1.200 |" in text  # no steady-state lines recorded
+    assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | – | 1.200 | 12 / 9 | 5.80, 18.5 / 5.66, 16.5 |" in text
+    assert "| gate-4 | 8 | 0.987 | 1.014 | – | – | 1.200 | – | – |" in text  # no steady-state lines recorded
 
 
 def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
@@ -711,7 +714,8 @@ def test_steady_decode_throughput_from_the_scheduler_log(tmp_path: Path) -> None
     # 58, 64 and 60 are >= 90 % of 64; the ramp-up (20) and the drain (40) are not. A prefill
     # ran in the interval of the last one (40) only.
     assert decode_log.steady_throughput(level, 64) == {
-        "lines": 3, "median_tok_s": 8500.0, "decode_only": {"lines": 3, "median_tok_s": 8500.0}}
+        "lines": 3, "median_tok_s": 8500.0, "decode_only": {"lines": 3, "median_tok_s": 8500.0},
+        "prefill_cost": None}  # no interval of these held a prefill
     assert decode_log.steady_throughput(level, 128) is None
     assert decode_log.steady_throughput(level, 60, at_most=60)["lines"] == 2  # 58 and 60
 
@@ -722,11 +726,30 @@ def test_decode_only_throughput_leaves_out_intervals_a_prefill_interrupted() -> 
               "cuda graph: True, gen throughput (token/s): {}, #queue-req: 0\n")
     text = decode.format(14000.0) + prefill + prefill + decode.format(9000.0) + decode.format(14200.0)
     assert decode_log.prefill_batches(text) == {"batches": 2, "requests": 6, "tokens": 3006}
-    assert decode_log.decode_intervals(text) == [(128, 14000.0, False), (128, 9000.0, True),
-                                                 (128, 14200.0, False)]
+    assert decode_log.decode_intervals(text) == [(128, 14000.0, 0, 1.0), (128, 9000.0, 2, 1.0),
+                                                 (128, 14200.0, 0, 1.0)]
     steady = decode_log.steady_throughput(text, 128)
     assert steady["median_tok_s"] == 14000.0
     assert steady["decode_only"] == {"lines": 2, "median_tok_s": 14100.0}
+
+
+def test_prefill_cost_is_the_line_through_interval_durations_against_prefills() -> None:
+    # 40 steps of 5 ms, and 20 ms a prefill batch: an interval with k prefills lasts 200 + 20k ms.
+    # A speculative server's line counts its tokens with the accept length (2 tokens a step here).
+    def interval(prefills: int, accept: float | None = None, extra_ms: float = 0.0) -> str:
+        ms = 200.0 + 20.0 * prefills + extra_ms
+        tok_s = 40 * 32 * (accept or 1.0) / (ms / 1000)
+        accept_field = f"accept len: {accept:.2f}, " if accept else ""
+        return ("[2026-12-02 14:30:00] Prefill batch, #new-seq: 1, #new-token: 500\n" * prefills
+                + f"[2026-12-02 14:30:00] Decode batch, #running-req: 32, #token: 1, {accept_field}"
+                f"gen throughput (token/s): {tok_s:.4f}, #queue-req: 0\n")
+    text = "".join([interval(0), interval(1), interval(2, accept=2.0), interval(0, accept=1.0),
+                    interval(1, extra_ms=800.0)])  # a level's edge: over 2.5x the median, dropped
+    assert decode_log.prefill_cost(decode_log.decode_intervals(text)) == {
+        "intervals": 4, "step_ms": 5.0, "per_prefill_ms": 20.0}
+    assert decode_log.steady_throughput(text, 32)["prefill_cost"]["per_prefill_ms"] == 20.0
+    # Without intervals free of prefills, the intercept would be extrapolated: none.
+    assert decode_log.prefill_cost(decode_log.decode_intervals(interval(1) + interval(2))) is None
 
 
 def test_decode_log_cli_names_a_bad_concurrency_list(tmp_path: Path, capsys) -> None:
