@@ -121,7 +121,7 @@ def test_after_plain_steps_resolve_takes_the_mirror_and_skips_the_copy(mirror):
     assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [21, 11]
     assert ours.seq_lens.tolist() == upstream.seq_lens.tolist() == [21, 11]
     assert ours.seq_lens_sum == upstream.seq_lens_sum == 32
-    assert mirror.snapshot() == {"resolved_on_host": 1, "copied_back": 0, "disagreed": 0}
+    assert mirror.snapshot() == {"resolved_on_host": 1, "copied_back": 0, "disagreed": 0, "stood_down": False}
 
 
 def test_lengths_the_gpu_contradicts_are_counted_where_the_mirror_served_them(mirror):
@@ -133,7 +133,23 @@ def test_lengths_the_gpu_contradicts_are_counted_where_the_mirror_served_them(mi
     ours, _, seen = resolve_both_ways(fm, [1, 2], [0, 0])
     assert seen == [False] and ours.seq_lens_cpu.tolist() == [11, 21]  # the mirror's, served
     assert ours.seq_lens.tolist() == [11, 22]
-    assert mirror.snapshot() == {"resolved_on_host": 1, "copied_back": 0, "disagreed": 1}
+    assert mirror.snapshot() == {"resolved_on_host": 1, "copied_back": 0, "disagreed": 1, "stood_down": False}
+
+
+def test_the_mirror_stands_down_once_the_host_sees_a_disagreement(mirror, monkeypatch, caplog):
+    # Every resolve looks (on a GPU, every WATCH_EVERY-th); on CPU each copy has landed at once.
+    monkeypatch.setattr(host_seq_lens, "WATCH_EVERY", 1)
+    fm = future_map()
+    step = batch([1, 2], [10, 20])
+    for _ in range(3):  # a publish the mirror keeps missing, as in the bug of 7cf44b6
+        mirror.published(step.req_pool_indices_cpu, published_lengths(step, is_prefill(step), plain_step=True))
+        fm.publish(step.req_pool_indices, step.seq_lens + torch.tensor([1, 2]))
+        resolve_both_ways(fm, [1, 2], [0, 0])
+    # The first resolve counted and copied the count; the second read it and stood down, so
+    # the third waited for the GPU's lengths, as upstream.
+    assert mirror.snapshot() == {"resolved_on_host": 2, "copied_back": 1, "disagreed": 2, "stood_down": True}
+    assert "disagreed with the GPU's" in caplog.text and f"{HOST_SEQ_LENS_ENV}=0" in caplog.text
+    assert caplog.text.count("spec gate:") == 1
 
 
 def test_a_step_that_will_speculate_waits_as_upstream_does(mirror):
@@ -147,7 +163,7 @@ def test_a_step_that_will_speculate_waits_as_upstream_does(mirror):
     ours, upstream, seen = resolve_both_ways(fm, [3], [0])  # a batch of 1: the gate turns on
     assert seen == [True]
     assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [11]
-    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 1, "disagreed": 0}
+    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 1, "disagreed": 0, "stood_down": False}
 
 
 def test_after_a_speculative_step_resolve_is_upstreams(mirror):
@@ -159,7 +175,7 @@ def test_after_a_speculative_step_resolve_is_upstreams(mirror):
     ours, upstream, seen = resolve_both_ways(fm, [1, 2], [0, 0])
     assert seen == [True]
     assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist() == [13, 21]
-    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 1, "disagreed": 0}
+    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 1, "disagreed": 0, "stood_down": False}
 
 
 @pytest.mark.parametrize("case", ["no mirror", "backend needs no host lengths", "no future indices"])
@@ -176,7 +192,7 @@ def test_resolve_is_upstreams_where_the_mirror_does_not_apply(mirror, monkeypatc
         b.spec_info.future_indices = None
     resolve_with_host_lengths(lambda f, x: seen.append("upstream"), fm, b)
     assert seen == ["upstream"]
-    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 0, "disagreed": 0}  # not a mirror's batch
+    assert mirror.snapshot() == {"resolved_on_host": 0, "copied_back": 0, "disagreed": 0, "stood_down": False}  # not a mirror's batch
 
 
 def publishing_upstream(steps, accepted):

@@ -32,14 +32,27 @@ With the fix, FlashInfer returns the probe pair's designed tokens and the device
 counted no disagreement in 6,405 plain steps of an 8B sweep
 (benchmark/results/2026-12-02-flashinfer-host-lengths-fixed).
 Speculative steps still take upstream's wait, as they did since that crash. Every batch the mirror
-serves is compared with the GPU's lengths on the device (``check``; ``disagreed`` in /server_info).
+serves is compared with the GPU's lengths on the device (``check``; ``disagreed`` in /server_info),
+and should one ever disagree, the mirror stands down: an ERROR line, and upstream's copy for every
+batch after (``stood_down``). Wrong lengths cost wrong attention silently, and that bug was found
+only by a model built to notice; this bounds any other to the batches served before the host sees
+the count, without a wait.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
+
+from sglang_specgate.args import HOST_SEQ_LENS_ENV
+
+logger = logging.getLogger(__name__)
+
+# Every this many batches served, the host reads the device's count of disagreements as copied
+# at its last look, if that copy has landed: a look costs a copy's launch, never a wait.
+WATCH_EVERY = 8
 
 # The process's mirror: one scheduler, and so one gated worker, per process (each TP rank has its
 # own, and they record the same lengths). Set by the gated worker; None leaves resolve upstream's.
@@ -58,6 +71,10 @@ class HostSeqLens:
         # Lengths the mirror gave that the GPU's published ones contradict, counted on the device
         # (created at the first check), so checking every batch it serves costs no wait.
         self.disagreements: torch.Tensor | None = None
+        # The host's copy of that count, and the event its copy completes: see _watch.
+        self.watched: torch.Tensor | None = None
+        self.watched_copy: object | None = None
+        self.stood_down = False
 
     def published(self, req_pool_indices_cpu: torch.Tensor, lengths_cpu: torch.Tensor | None) -> None:
         """A forward published these slots' lengths: ``lengths_cpu``, or None if the host
@@ -69,23 +86,51 @@ class HostSeqLens:
             self.known[req_pool_indices_cpu] = True
 
     def lookup(self, req_pool_indices_cpu: torch.Tensor | None) -> torch.Tensor | None:
-        """The slots' last published lengths (a copy), or None unless the host knows them all."""
-        if req_pool_indices_cpu is None or not bool(self.known[req_pool_indices_cpu].all()):
+        """The slots' last published lengths (a copy), or None unless the host knows them all
+        and the mirror has not stood down."""
+        if (
+            self.stood_down
+            or req_pool_indices_cpu is None
+            or not bool(self.known[req_pool_indices_cpu].all())
+        ):
             return None
         return self.lengths[req_pool_indices_cpu]
 
     def check(self, device_lengths: torch.Tensor, host_lengths: torch.Tensor) -> None:
         """Count, on the device, where the lengths the mirror served differ from the GPU's."""
-        differing = (device_lengths != host_lengths.to(device_lengths.device, non_blocking=True)).sum()
+        device = device_lengths.device
+        differing = (device_lengths != host_lengths.to(device, non_blocking=True)).sum()
         if self.disagreements is None:
-            self.disagreements = torch.zeros((), dtype=torch.int64, device=device_lengths.device)
+            self.disagreements = torch.zeros((), dtype=torch.int64, device=device)
+            self.watched = torch.zeros((), dtype=torch.int64, pin_memory=device.type == "cuda")
         self.disagreements += differing
+        if self.resolved_on_host % WATCH_EVERY == 0:
+            self._watch(device)
+
+    def _watch(self, device: torch.device) -> None:
+        """Stand down if the count copied at the last look says the GPU disagreed; copy it again
+        once that copy has landed."""
+        if self.watched_copy is not None:
+            if not self.watched_copy.query():
+                return
+            if int(self.watched) > 0:
+                self.stood_down = True
+                logger.error(
+                    "spec gate: %d host sequence lengths served to plain steps disagreed with the "
+                    "GPU's, so attention may have read too few or too many KV entries for those "
+                    "batches. From now on every batch waits for the GPU's lengths, as upstream's "
+                    "scheduler does. Please report this; %s=0 starts the server that way.",
+                    int(self.watched), HOST_SEQ_LENS_ENV)
+                return
+        self.watched.copy_(self.disagreements, non_blocking=True)
+        self.watched_copy = torch.get_device_module(device).Event()
+        self.watched_copy.record()
 
     def snapshot(self) -> dict:
         """The counters; reading the disagreements waits for the device (/server_info only)."""
         disagreed = 0 if self.disagreements is None else int(self.disagreements)
         return {"resolved_on_host": self.resolved_on_host, "copied_back": self.copied_back,
-                "disagreed": disagreed}
+                "disagreed": disagreed, "stood_down": self.stood_down}
 
 
 def install(pool_size: int, step_speculates: Callable[[int], bool]) -> HostSeqLens:
@@ -137,6 +182,6 @@ def resolve_with_host_lengths(original, future_map, batch) -> None:
         original(future_map, batch)
     finally:
         future_map.needs_cpu_seq_lens = True
-    mirror.check(batch.seq_lens, lengths)  # experimental: the device says whether it was right
+    mirror.check(batch.seq_lens, lengths)  # the device says whether it was right
     batch.seq_lens_cpu = lengths
     batch.seq_lens_sum = int(lengths.sum())
