@@ -161,6 +161,17 @@ def memory_criterion(name: str, stats: Optional[dict], limit: float) -> dict:
                      f"{stats['max_growth']:+.2%} (limit {limit:.0%})")
 
 
+def host_lengths_criterion(gate: Optional[dict]) -> dict:
+    """Every sequence length the gate served plain steps from the host was the GPU's
+    (host_seq_lens.py: on FlashInfer, unless turned off)."""
+    lengths = gate and gate["after"].get("host_seq_lens")
+    if not lengths:
+        return criterion("host lengths agreed", None, "the gate served none (Triton, or turned off)")
+    return criterion("host lengths agreed", lengths["disagreed"] == 0,
+                     f"{lengths['resolved_on_host']} batches served, {lengths['disagreed']} "
+                     f"lengths disagreed with the GPU's")
+
+
 def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, str],
             warmup: float, max_gpu_growth: float, max_host_growth: float,
             min_switches: int) -> dict:
@@ -185,6 +196,7 @@ def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, s
         criterion("gate switched", None if switches is None else switches >= min_switches,
                   "the server reports no spec gate" if switches is None
                   else f"{switches} switches (at least {min_switches})"),
+        host_lengths_criterion(gate),
         memory_criterion("GPU memory", memory["gpu_mib"], max_gpu_growth),
         memory_criterion("host memory", memory["host_rss_mib"], max_host_growth),
     ]

@@ -325,7 +325,16 @@ def test_verdict_passes_with_flat_memory() -> None:
     assert v["memory"]["gpu_mib"] == {"scope": "whole GPUs", "samples": 4, "first": 1000, "last": 1005, "max": 1010,
                                       "growth": pytest.approx(0.005),
                                       "max_growth": pytest.approx(0.01)}
-    assert [c["status"] for c in v["criteria"]] == ["pass"] * 8
+    assert [c["status"] for c in v["criteria"]] == ["pass"] * 6 + ["skip"] + ["pass"] * 2
+    # On FlashInfer the gate serves host lengths: every one must have been the GPU's.
+    rows[-1]["gate"]["host_seq_lens"] = {"resolved_on_host": 900, "copied_back": 80, "disagreed": 0,
+                                         "stood_down": False}
+    assert {c["name"]: c["status"] for c in judge(COUNTS, rows)["criteria"]}["host lengths agreed"] == "pass"
+    rows[-1]["gate"]["host_seq_lens"].update(disagreed=3, stood_down=True)
+    v = judge(COUNTS, rows)
+    assert not v["passed"]
+    assert {c["name"]: c["detail"] for c in v["criteria"]}["host lengths agreed"] == \
+        "900 batches served, 3 lengths disagreed with the GPU's"
 
 
 def test_verdict_fails_on_each_criterion() -> None:
@@ -337,7 +346,7 @@ def test_verdict_fails_on_each_criterion() -> None:
     assert status == {"server alive": "fail", "no lost requests": "fail",
                       "no truncated requests": "fail", "no hung requests": "fail",
                       "requests completed": "fail", "gate switched": "fail",
-                      "GPU memory": "fail", "host memory": "pass"}
+                      "host lengths agreed": "skip", "GPU memory": "fail", "host memory": "pass"}
     detail = {c["name"]: c["detail"] for c in v["criteria"]}
     assert detail["GPU memory"] == "1000 -> 1100 MiB (whole GPUs), largest growth +10.00% (limit 2%)"
 
