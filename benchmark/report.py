@@ -150,6 +150,19 @@ def closed_table(res: Results) -> str:
                      "ITL p50 / p99 ms", "accept len", "steps spec / plain", "switches"], rows)
 
 
+def host_lengths_table(res: Results) -> Optional[str]:
+    """Each gated level's host sequence lengths, where the gate served them (FlashInfer)."""
+    rows = []
+    for name in res.gated():
+        for c, r in sorted(res.closed[name].items()):
+            lengths = (res.gate.get(r["tag"], {}).get("delta") or {}).get("host_seq_lens")
+            if lengths:
+                rows.append([name, str(c), str(lengths["resolved_on_host"]),
+                             str(lengths["copied_back"]), str(lengths["disagreed"])])
+    return md_table(["config", "C", "batches from the host", "batches copied back",
+                     "lengths disagreeing"], rows) if rows else None
+
+
 def envelope_table(res: Results) -> str:
     env = res.envelope()
     gated = res.gated()
@@ -450,6 +463,13 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
                   "draft over the prompt too (about 6 % more prefill GPU time at 8B; "
                   "benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail)."]
+    host_lengths = host_lengths_table(res)
+    if host_lengths:
+        parts += ["## Host sequence lengths (`host_seq_lens.py`)", host_lengths,
+                  "Over the median run of each level: decode batches whose sequence lengths the "
+                  "gate gave the scheduler from the host (plain steps), those that waited for the "
+                  "GPU's copy (speculative steps), and lengths served that the GPU's "
+                  "contradicted, which must be 0."]
     for section in LEVEL_SECTIONS:
         if any(row.get(section.field) for row in res.gate.values()):
             parts += [section.title, against_plain_table(res, section.field, section.keys,

@@ -65,6 +65,9 @@ CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate")
 GATE_KINDS = ("upstream-gate", "gate")
 AUTO = "auto"
 GATE_COUNTERS = ("decode_steps_spec", "decode_steps_plain", "switches")
+# The gate's host sequence lengths (FlashInfer): batches served from the host, batches that
+# waited for the GPU's copy, and lengths the GPU's contradicted (host_seq_lens.py).
+HOST_LENGTH_COUNTERS = ("resolved_on_host", "copied_back", "disagreed")
 PROFILE_WAIT_S = 120.0  # for the profile load to reach decode, and for the trace
 PREFILL_WAVE_OUTPUT_LEN = 4  # the fewest output tokens sglang.benchmark.serving accepts
 # How far into a closed level --profile-level starts its trace: past the client's start, the
@@ -276,10 +279,15 @@ def base_url(args: argparse.Namespace, config: Optional[ServerConfig] = None) ->
 
 
 def gate_delta(before: Optional[dict], after: Optional[dict]) -> Optional[dict]:
-    """Counter increments between two ``spec_gate`` snapshots; None without a gate."""
+    """Counter increments between two ``spec_gate`` snapshots; None without a gate. With
+    ``host_seq_lens`` where the gate served host lengths."""
     if before is None or after is None:
         return None
-    return {k: after[k] - before[k] for k in GATE_COUNTERS}
+    delta = {k: after[k] - before[k] for k in GATE_COUNTERS}
+    lengths = before.get("host_seq_lens"), after.get("host_seq_lens")
+    if all(lengths):
+        delta["host_seq_lens"] = {k: lengths[1][k] - lengths[0][k] for k in HOST_LENGTH_COUNTERS}
+    return delta
 
 
 class Run:

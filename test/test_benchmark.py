@@ -326,6 +326,10 @@ def test_gate_delta() -> None:
     assert sweep.gate_delta(before, after) == {
         "decode_steps_spec": 5, "decode_steps_plain": 45, "switches": 1}
     assert sweep.gate_delta(None, None) is None
+    before["host_seq_lens"] = {"resolved_on_host": 4, "copied_back": 10, "disagreed": 0, "stood_down": False}
+    after["host_seq_lens"] = {"resolved_on_host": 44, "copied_back": 15, "disagreed": 0, "stood_down": False}
+    assert sweep.gate_delta(before, after)["host_seq_lens"] == {
+        "resolved_on_host": 40, "copied_back": 5, "disagreed": 0}
 
 
 def test_dry_run_prints_every_command(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -459,7 +463,9 @@ def run_dir(tmp_path: Path) -> Path:
         {"tag": f"gate-4,c={c}", "config": "gate-4", "max_concurrency": c,
          "before": {}, "after": {},
          "delta": {"decode_steps_spec": 100 if c <= 4 else 3, "decode_steps_plain":
-                   0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2},
+                   0 if c <= 4 else 97, "switches": 0 if c <= 4 else 2,
+                   **({"host_seq_lens": {"resolved_on_host": 97, "copied_back": 3, "disagreed": 0}}
+                      if c == 16 else {})},
          "steady_decode": {"lines": 9, "median_tok_s": 2880.0,
                            "decode_only": {"lines": 5, "median_tok_s": 2910.0},
                            "prefill_cost": {"intervals": 9, "step_ms": 5.8, "per_prefill_ms": 18.49}}
@@ -523,6 +529,7 @@ def test_report_tables(run_dir: Path) -> None:
     # steady decode 2880 / 3000; decode only: plain's not measured; mean TTFT 60 / 50
     assert "| gate-4 | 16 | 0.944 | 1.059 | 0.960 | – | 1.200 | 12 / 9 | 5.80, 18.5 / 5.66, 16.5 |" in text
     assert "| gate-4 | 8 | 0.987 | 1.014 | – | – | 1.200 | – | – |" in text  # no steady-state lines recorded
+    assert "## Host sequence lengths" in text and "| gate-4 | 16 | 97 | 3 | 0 |" in text
 
 
 def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
