@@ -1359,6 +1359,13 @@ def test_find_threshold_with_a_shared_plain_run(run_dir: Path, tmp_path: Path,
     assert "| spec-only | 2.50 |" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("plan", sorted((BENCH / "plans").glob("*.sh")), ids=lambda p: p.name)
+def test_gpu_job_plans_parse(plan):
+    import subprocess
+
+    subprocess.run(["bash", "-n", str(plan)], check=True)
+
+
 def test_gpu_job_runs_a_plan_and_packs_what_it_wrote(tmp_path):
     """benchmark/gpu_job.sh's run and wait (start adds the kit's install, which needs the GPU
     host): the plan's phases run, servers' logs are cut to their lines, $OUT gets the results."""
