@@ -131,6 +131,15 @@ def test_doctor_passes(eagle_argv):
     assert "[FAIL]" not in result.stdout
     assert result.stdout.count("applied") == len(hooks.HOOKS)
     assert "effective gate: threshold 16, re-enable <= 16 after 8 steps" in result.stdout
+    assert "[ok] host sequence lengths for plain steps (FlashInfer): on (SGLANG_SPEC_GATE_HOST_SEQ_LENS=<unset>)" \
+        in result.stdout
+
+
+def test_doctor_names_a_bad_host_seq_lens_setting():
+    result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_SPEC_GATE_HOST_SEQ_LENS": "maybe"})
+    assert result.returncode == 1
+    assert "[FAIL] SGLANG_SPEC_GATE_HOST_SEQ_LENS: SGLANG_SPEC_GATE_HOST_SEQ_LENS must be 1" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
 
 
 def test_doctor_reports_server_arguments_that_do_not_resolve(tmp_path):

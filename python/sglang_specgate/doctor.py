@@ -1,8 +1,9 @@
 """``python -m sglang_specgate doctor``: is the gate installed and able to run here?
 
 Checks, in a fresh process, what a server would do at start-up: the SGLang version, entry
-point discovery by SGLang's own loader, every hook target resolving and being applied, and
-the effective threshold (from arguments and the environment). Exit status 1 on any problem.
+point discovery by SGLang's own loader, every hook target resolving and being applied, the
+effective threshold (from arguments and the environment) and whether FlashInfer's plain steps
+take the gate's host sequence lengths. Exit status 1 on any problem.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ def run(server_argv: list[str]) -> int:
     import sglang
 
     from sglang_specgate import hooks
-    from sglang_specgate.args import THRESHOLD_ENV
+    from sglang_specgate.args import (HOST_SEQ_LENS_ENV, THRESHOLD_ENV, SpecGateConfigError,
+                                      host_seq_lens_enabled)
 
     problems = []
 
@@ -51,6 +53,12 @@ def run(server_argv: list[str]) -> int:
 
     if not problems:
         print(f"{THRESHOLD_ENV}={os.environ.get(THRESHOLD_ENV, '<unset>')}")
+        try:
+            report(True, "host sequence lengths for plain steps (FlashInfer)",
+                   f"{'on' if host_seq_lens_enabled() else 'off'} "
+                   f"({HOST_SEQ_LENS_ENV}={os.environ.get(HOST_SEQ_LENS_ENV, '<unset>')})")
+        except SpecGateConfigError as e:
+            report(False, HOST_SEQ_LENS_ENV, str(e))
         if server_argv:
             from sglang.srt.server_args import prepare_server_args
 
