@@ -1391,7 +1391,7 @@ def test_gpu_job_plans_pass_their_scripts_options(plan, tmp_path):
                    cwd=BENCH.parent, env=env, check=True, capture_output=True, text=True)
     refused = results / "refused"
     assert not refused.exists(), refused.read_text()
-    if "benchmark/sweep.py" in plan.read_text() or "benchmark/soak.py" in plan.read_text():
+    if any(script in plan.read_text() for script in ("benchmark/sweep.py", "benchmark/soak.py")):
         assert any(results.glob("*.err"))  # the dry runs ran
 
 

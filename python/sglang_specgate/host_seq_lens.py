@@ -105,25 +105,26 @@ class HostSeqLens:
             self.watched = torch.zeros((), dtype=torch.int64, pin_memory=device.type == "cuda")
         self.disagreements += differing
         if self.resolved_on_host % WATCH_EVERY == 0:
-            self._watch(device)
+            self._watch()
 
-    def _watch(self, device: torch.device) -> None:
+    def _watch(self) -> None:
         """Stand down if the count copied at the last look says the GPU disagreed; copy it again
         once that copy has landed."""
         if self.watched_copy is not None:
             if not self.watched_copy.query():
                 return
-            if int(self.watched) > 0:
+            disagreed = int(self.watched)
+            if disagreed > 0:
                 self.stood_down = True
                 logger.error(
                     "spec gate: %d host sequence lengths served to plain steps disagreed with the "
                     "GPU's, so attention may have read too few or too many KV entries for those "
                     "batches. From now on every batch waits for the GPU's lengths, as upstream's "
                     "scheduler does. Please report this; %s=0 starts the server that way.",
-                    int(self.watched), HOST_SEQ_LENS_ENV)
+                    disagreed, HOST_SEQ_LENS_ENV)
                 return
         self.watched.copy_(self.disagreements, non_blocking=True)
-        self.watched_copy = torch.get_device_module(device).Event()
+        self.watched_copy = torch.get_device_module(self.disagreements.device).Event()
         self.watched_copy.record()
 
     def snapshot(self) -> dict:
