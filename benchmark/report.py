@@ -299,20 +299,31 @@ def repeats_table(res: Results) -> str:
     return md_table(["config", "C", "out tok/s of each run, in order", "median", "max / min − 1"], rows)
 
 
+RUN_BY_RUN_LATENCIES = ("median_tpot_ms", "median_itl_ms", "mean_ttft_ms")
+
+
 def run_by_run_rows(res: Results) -> list[list[str]]:
     """Each gate's repeated level against plain's run of the same number, the pairs that
-    ``sweep.py --interleave`` ran side by side."""
+    ``sweep.py --interleave`` ran side by side: throughput, and the latencies that item 3 of
+    issue 3 judges too (TPOT), or that say where a difference comes from: a decode step (ITL),
+    or prefills (TTFT). The median runs alone hide how far runs spread."""
     plain = res.repeats.get("plain", {})
     rows = []
     for name in res.gated():
         for c, levels in sorted(res.repeats.get(name, {}).items()):
-            base = {repeat_of(r["tag"]): r["output_throughput"] for r in plain.get(c, [])}
-            ratios = [r["output_throughput"] / base[repeat_of(r["tag"])] for r in levels
-                      if repeat_of(r["tag"]) in base]
-            if ratios:
-                rows.append([name, str(c), " · ".join(fmt(x, 3) for x in ratios),
-                             fmt(statistics.median(ratios), 3), fmt(min(ratios), 3), fmt(max(ratios), 3)])
+            base = {repeat_of(r["tag"]): r for r in plain.get(c, [])}
+            pairs = [(r, base[repeat_of(r["tag"])]) for r in levels if repeat_of(r["tag"]) in base]
+            if not pairs:
+                continue
+            tok_s, *latencies = ([run[m] / plain_run[m] for run, plain_run in pairs]
+                                 for m in ("output_throughput", *RUN_BY_RUN_LATENCIES))
+            rows.append([name, str(c), in_order(tok_s), fmt(statistics.median(tok_s), 3),
+                         fmt(min(tok_s), 3), fmt(max(tok_s), 3), *map(in_order, latencies)])
     return rows
+
+
+def in_order(ratios: list[float]) -> str:
+    return " · ".join(fmt(x, 3) for x in ratios)
 
 
 def against_plain_table(res: Results, field: str, keys: Iterable[str], headers: list[str],
@@ -441,7 +452,8 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
     if pairs:
         parts += ["## Run by run against plain",
                   md_table(["config", "C", "tok/s vs plain's run of the same number, in order",
-                            "median", "lowest", "highest"], pairs),
+                            "median", "lowest", "highest", "median TPOT vs plain, in order",
+                            "median ITL", "mean TTFT"], pairs),
                   "Run I of a gate against run I of plain. With `sweep.py --interleave` both "
                   "servers stayed up and each pair ran back to back, so host and time drift "
                   "cancel in the ratio; without it the runs of a pair were a server start apart."]
@@ -460,9 +472,11 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "least-squares line through the steady log intervals' durations against the "
                   "prefill batches in each: a decode step alone, and what one prefill batch "
                   "costs the decoding requests (`decode_log.prefill_cost`). "
-                  "mean TTFT: a speculative server's prefill, whatever the gate's state, runs the "
-                  "draft over the prompt too (about 6 % more prefill GPU time at 8B; "
-                  "benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail)."]
+                  "mean TTFT: a gated server's prefill also keeps the draft's KV cache: with the "
+                  "gate on it runs the draft over the prompt (about 6 % more prefill GPU time at "
+                  "8B; benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail), and with it off "
+                  "it buffers one row a prompt token for the plain steps after it to write "
+                  "(`deferred_draft_kv.py`)."]
     host_lengths = host_lengths_table(res)
     if host_lengths:
         parts += ["## Host sequence lengths (`host_seq_lens.py`)", host_lengths,
