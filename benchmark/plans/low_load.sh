@@ -1,5 +1,5 @@
 # Where the gate's TPOT goes at low load (issue 3, item 3). At C = 16 and 32 the gate kept
-# 0.96-0.99x plain's throughput but ran 5-7.5 % over plain's TPOT, while its median ITL was
+# 0.96-0.99x plain's throughput but ran up to 7.5 % over plain's TPOT, while its median ITL was
 # within 2 %. Its mean TTFT there was 6-25 % over plain's, and each prefill cost the decoding
 # requests a few ms more (benchmark/results/2026-12-02-offcost-8b-2.2-both-backends). So this
 # plan looks at prefills.
