@@ -120,6 +120,11 @@ def fmt(value: Optional[float], digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
+def in_order(values: list[float], digits: int) -> str:
+    """A level's runs, in the order they ran."""
+    return " · ".join(fmt(v, digits) for v in values)
+
+
 def p50_p99(values: list[float]) -> str:
     return f"{fmt(percentile(values, 50))} / {fmt(percentile(values, 99))}" if values else "–"
 
@@ -294,7 +299,7 @@ def repeats_table(res: Results) -> str:
     for name, by_c in res.repeats.items():
         for c, levels in sorted(by_c.items()):
             tput = [r["output_throughput"] for r in levels]
-            rows.append([name, str(c), " · ".join(fmt(t) for t in tput),
+            rows.append([name, str(c), in_order(tput, 1),
                          fmt(res.closed[name][c]["output_throughput"]), f"{100 * (max(tput) / min(tput) - 1):.1f} %"])
     return md_table(["config", "C", "out tok/s of each run, in order", "median", "max / min − 1"], rows)
 
@@ -317,13 +322,9 @@ def run_by_run_rows(res: Results) -> list[list[str]]:
                 continue
             tok_s, *latencies = ([run[m] / plain_run[m] for run, plain_run in pairs]
                                  for m in ("output_throughput", *RUN_BY_RUN_LATENCIES))
-            rows.append([name, str(c), in_order(tok_s), fmt(statistics.median(tok_s), 3),
-                         fmt(min(tok_s), 3), fmt(max(tok_s), 3), *map(in_order, latencies)])
+            rows.append([name, str(c), in_order(tok_s, 3), fmt(statistics.median(tok_s), 3),
+                         fmt(min(tok_s), 3), fmt(max(tok_s), 3), *(in_order(r, 3) for r in latencies)])
     return rows
-
-
-def in_order(ratios: list[float]) -> str:
-    return " · ".join(fmt(x, 3) for x in ratios)
 
 
 def against_plain_table(res: Results, field: str, keys: Iterable[str], headers: list[str],
