@@ -8,7 +8,10 @@
 # - Server-side TTFT stages come along, with a probe request every 2 s split across processes.
 # - A host-and-GPU trace of 200 forward steps at C = 16 shows what the scheduler did around
 #   each prefill (kernel_profile.idle_causes).
-# About 12 device minutes on one H200.
+# Then, with the GPU to itself, the TP = 1 GPU suite on Triton in its 204-request form: the whole
+# suite has run on the final code only on FlashInfer (results/2026-12-03-gpu-tests-204-requests-flashinfer).
+# About 12 device minutes on one H200 for the sweep, 11 more for the suite; the suite comes last,
+# so a session short of time loses only it.
 #   bash benchmark/gpu_job.sh start benchmark/plans/low_load.sh 560
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 phase triton python3 benchmark/sweep.py --run-dir "$RESULTS/triton" \
@@ -18,3 +21,4 @@ phase triton python3 benchmark/sweep.py --run-dir "$RESULTS/triton" \
   --profile-level 16 --profile-steps 200 --profile-host \
   -- --attention-backend triton --sampling-backend pytorch --grammar-backend none
 keep_lines "$RESULTS/triton/logs"
+SPECGATE_GPU_BURSTS=10 phase tests gpu_tests triton 1b "not tensor_parallel" full
