@@ -65,7 +65,7 @@ gpu_tests() {
 pack() {
   rm -rf "${OUT:?}"/*
   tar czf "$OUT/results.tgz" -C "$JOB" --exclude='*.trace.json.gz' results
-  find /tmp/specgate-sweep-* -name '*.trace.json.gz' -size -15M 2>/dev/null | head -6 | while read -r t; do
+  find /tmp/specgate-sweep-* "$RESULTS" -name '*.trace.json.gz' -size -15M 2>/dev/null | head -6 | while read -r t; do
     cp "$t" "$OUT/$(basename "$(dirname "$t")")-$(basename "$t" | tr -c 'A-Za-z0-9._\n-' _)"
   done
 }

@@ -8,8 +8,9 @@ or ``profile-prefill-<config>.json``: kernels summed by name and family, GPU bus
 cost; meaningless for a wave, whose span includes the client's start), and after which kernels
 the GPU sat idle. ``prefill_intervals`` takes a trace of mixed steps apart instead: what each
 prefill between two decode steps cost the decoding requests, and how much of that the GPU was busy.
-With ``--profile-host`` the trace holds the host too, and ``idle_causes`` says for each pause of
-the GPU what the host was doing: held by a wait on the GPU, or late.
+With ``--profile-host`` the trace holds the host too: ``idle_causes`` says for each pause of
+the GPU what the host was doing (held by a wait on the GPU, or late), and ``host_time`` how long
+each of the scheduler's phases held the host a step.
 
     python benchmark/kernel_profile.py trace-plain/*.trace.json.gz trace-gate-9/*.trace.json.gz
 """
@@ -168,6 +169,46 @@ def idle_causes(trace, steps: int) -> dict:
                          "pauses_per_step": pauses[(cause, place)] / steps}
                         for (cause, place), ms in idle_ms.most_common(IDLE_CAUSES_TOP)],
     }
+
+
+def span_kind(name: str) -> str:
+    """A host span's name without its batch's shape: SGLang names each forward
+    ``step[MODE bs=B]`` (``toks=T`` for extends), and per-step totals add over shapes."""
+    return name.split(" ", 1)[0] + "]" if name.startswith("step[") and " " in name else name
+
+
+def host_time(trace, steps: int) -> dict:
+    """Host time per step by SGLang's annotated spans (the scheduler loop's phases, each
+    forward ``step[MODE]``, the speculative stages within), from a trace with CPU activity:
+    how long each held the host, apart from its waits on the GPU (host calls named as in
+    ``idle_causes``, IDLE_GAP_US or longer), which are given on their own. Inclusive: a span's
+    time holds its nested spans'. What ``idle_causes`` cannot give: where the host's time goes
+    whether or not the GPU waited for it."""
+    events = events_of(trace)
+    waits: dict = {}
+    for e in events:
+        if (e.get("cat") in HOST_CALLS and e.get("dur", 0) >= IDLE_GAP_US
+                and any(n in e["name"] for n in HOST_WAIT_NAMES)):
+            waits.setdefault(e["tid"], []).append(e)
+    for tid_waits in waits.values():
+        tid_waits.sort(key=lambda e: e["ts"])
+    wait_starts = {tid: [e["ts"] for e in w] for tid, w in waits.items()}
+
+    def waited_in(span: dict) -> float:
+        tid, end = span["tid"], span["ts"] + span["dur"]
+        starts = wait_starts.get(tid, [])
+        first, last = bisect.bisect_left(starts, span["ts"]), bisect.bisect_left(starts, end)
+        return sum(e["dur"] for e in waits[tid][first:last] if e["ts"] + e["dur"] <= end)
+
+    working: Counter = Counter()
+    waiting: Counter = Counter()
+    for e in events:
+        if e.get("cat") == "user_annotation" and e.get("ph") == "X" and "dur" in e:
+            waited = waited_in(e)
+            working[span_kind(e["name"])] += (e["dur"] - waited) / 1e3
+            waiting[span_kind(e["name"])] += waited / 1e3
+    return {"host_ms_per_step": [{"span": name, "working": ms / steps, "waiting": waiting[name] / steps}
+                                 for name, ms in working.most_common()]}
 
 
 def summarize_trace(trace: dict, steps: int) -> dict:

@@ -386,6 +386,20 @@ def idle_causes_table(profiles: dict[str, dict]) -> Optional[str]:
     return md_table(["config", "cause", "host span > op (> wait)", "idle ms/step", "pauses/step"], rows)
 
 
+def host_time_table(profiles: dict[str, dict]) -> Optional[str]:
+    """With --profile-host: per annotated span, each configuration's host time a step, working
+    and (in brackets) waiting on the GPU."""
+    timed = {name: {row["span"]: row for row in p["host_ms_per_step"]}
+             for name, p in profiles.items() if "host_ms_per_step" in p}
+    if not timed:
+        return None
+    spans = list(dict.fromkeys(span for rows in timed.values() for span in rows))
+    rows = [[f"`{span}`", *(f"{fmt(by_span[span]['working'], 2)} ({fmt(by_span[span]['waiting'], 2)})"
+                            if span in by_span else "–" for by_span in timed.values())]
+            for span in spans]
+    return md_table(["span", *timed], rows)
+
+
 def prefill_interval_table(profiles: dict[str, dict]) -> str:
     plain = (profiles.get("plain") or {}).get("prefill_intervals")
     rows = []
@@ -516,6 +530,12 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                       "GPU (named) that returned inside the pause, then launched; late, no wait "
                       "held it, it launched late from the span named. The host recording slows "
                       "the host: these pauses are longer than in an unrecorded level.", causes]
+        host = host_time_table(res.profiles["level"])
+        if host:
+            parts += ["How long each span held the host a step, ms: working (waiting on the GPU) "
+                      "(`kernel_profile.host_time`; inclusive, so `scheduler.run_batch` holds the "
+                      "`step[...]` forwards it launched). The scheduler keeps the GPU fed while its "
+                      "working time a step stays under the GPU's; recorded, as above.", host]
     if "prefill" in res.profiles:
         parts += ["## Prefill wave profile (`--profile-prefill`)",
                   profile_table(res.profiles["prefill"], "wave", with_busy=False),

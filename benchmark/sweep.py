@@ -707,7 +707,8 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
                   concurrency: Optional[int] = None,
                   trace_fields: Callable[[dict], dict] = lambda trace: {}, **fields) -> None:
     """Summarize ``trace`` into profile-<config>.json (decode) or profile-<phase>-<config>.json,
-    with ``trace_fields`` of the same trace (read once: a loaded level's trace is large)."""
+    with ``trace_fields`` of the same trace (read once: a loaded level's trace is large), and
+    move the trace beside it (<same stem>.trace.json.gz, ignored by git: megabytes)."""
     if trace is None:
         run.fail(f"{config.name} {phase} profile: the profiler wrote no trace")
         return
@@ -722,8 +723,11 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
                    **trace_fields(events), **fields)
     if run.args.profile_host:
         summary.update(kernel_profile.idle_causes(events, steps))
+        summary.update(kernel_profile.host_time(events, steps))
     stem = "profile" if phase == "decode" else f"profile-{phase}"
     (run.dir / f"{stem}-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    # Kept beside the summary: the working directory goes at the end of the sweep.
+    trace.replace(run.dir / f"{stem}-{config.name}.trace.json.gz")
     print(kernel_profile.summary_line(summary), flush=True)
 
 

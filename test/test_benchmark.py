@@ -875,6 +875,19 @@ def test_idle_causes_tell_a_host_held_by_a_wait_from_a_late_one() -> None:
     ]
 
 
+def test_host_time_splits_each_span_into_working_and_waiting_on_the_gpu() -> None:
+    trace = host_and_gpu_trace()
+    trace["traceEvents"] += [host("user_annotation", "step[DECODE bs=16]", 20, 40),
+                             host("user_annotation", "step[DECODE bs=15]", 1000, 60)]
+    assert kernel_profile.host_time(trace, steps=2) == {"host_ms_per_step": [
+        # run_batch: 550 us with a 190 us sync in it; its 2 us event sync is too short to have waited
+        {"span": "scheduler.run_batch", "working": pytest.approx(0.18), "waiting": pytest.approx(0.095)},
+        # process_batch_result: 300 us with a 20 us copy that waited on its stream
+        {"span": "scheduler.process_batch_result", "working": pytest.approx(0.14), "waiting": pytest.approx(0.01)},
+        {"span": "step[DECODE]", "working": pytest.approx(0.05), "waiting": 0.0},  # both batch sizes
+    ]}
+
+
 def mixed_steps_trace() -> dict:
     """Decode, prefill (its GPU busy 0.5 of its 2 ms interval), decode."""
     decode, extend = kernel_profile.DECODE_ATTENTION, kernel_profile.EXTEND_ATTENTION
@@ -1134,6 +1147,9 @@ def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, 
             pass  # the level: it lasts until the timer has started the profiler
     assert run.requests == requests and not run.failures
     assert len(reads) == 1  # a loaded level's trace is large: unzipped once for both summaries
+    # The trace outlives the sweep's working directory, beside its summary.
+    assert sorted(p.name for p in run.dir.glob("*.trace.json.gz")) == ["profile-level-plain.trace.json.gz"]
+    assert not list((run.work / "profile-level-plain").glob("*.trace.json.gz"))
     summary = json.loads((run.dir / "profile-level-plain.json").read_text())
     assert (summary["phase"], summary["concurrency"], summary["steps"]) == ("level", 16, 20)
     assert summary["prefill_intervals"] == {"prefills": 1, "median_interval_ms": 2.0,
@@ -1155,6 +1171,8 @@ def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path
         "scheduler.process_batch_result > aten::index",
         "scheduler.run_batch > aten::copy_ > cudaStreamSynchronize"}
     assert set(summary["idle_ms_per_step_by_cause"]) == {"late", "waited", "unknown"}
+    assert [row["span"] for row in summary["host_ms_per_step"]] == [
+        "scheduler.run_batch", "scheduler.process_batch_result"]
     assert summary["prefill_intervals"]["prefills"] == 1  # the rest of the summary as without
 
 
@@ -1240,6 +1258,22 @@ def test_report_shows_what_the_host_did_in_the_gpu_pauses(run_dir: Path) -> None
     assert "| gate-4 | all | late 0.150, waited 0.085, unknown 0.019 |  |  |" in causes
     assert ("| gate-4 | waited | `scheduler.run_batch > aten::copy_ > cudaStreamSynchronize` | 0.085 "
             "| 0.50 |") in causes
+    assert "How long each span held the host" not in text  # summarized before host_time existed
+
+
+def test_report_tables_each_configurations_host_time_by_span(run_dir: Path) -> None:
+    for name, scale in (("plain", 1), ("gate-4", 2)):
+        trace = host_and_gpu_trace()
+        summary = (kernel_profile.summarize_trace(trace, steps=2) | kernel_profile.idle_causes(trace, steps=2)
+                   | kernel_profile.host_time(trace, steps=2 / scale)
+                   | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None})
+        (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    host = text[text.index("How long each span held the host"):]
+    assert "| span | gate-4 | plain |" in host or "| span | plain | gate-4 |" in host
+    assert "`scheduler.run_batch` | " in host
+    row = next(line for line in host.splitlines() if line.startswith("| `scheduler.run_batch`"))
+    assert sorted(row.strip("| ").split(" | ")[1:]) == ["0.18 (0.10)", "0.36 (0.19)"]
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
