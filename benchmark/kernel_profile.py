@@ -103,6 +103,16 @@ class HostSpans:
                 yield self.spans[i]["name"]
 
 
+def host_waits(events: list[dict]) -> dict:
+    """Per host thread, its calls that waited on the GPU: named so, IDLE_GAP_US or longer."""
+    waits: dict = {}
+    for e in events:
+        if (e.get("cat") in HOST_CALLS and e.get("dur", 0) >= IDLE_GAP_US
+                and any(n in e["name"] for n in HOST_WAIT_NAMES)):
+            waits.setdefault(e["tid"], []).append(e)
+    return waits
+
+
 def idle_causes(trace, steps: int) -> dict:
     """What the host was doing while the GPU sat idle, from a trace with CPU activity.
 
@@ -118,11 +128,7 @@ def idle_causes(trace, steps: int) -> dict:
     work = gpu_work(events)
     calls = [e for e in events if e.get("cat") in HOST_CALLS and "dur" in e]
     launch_of = {e["args"]["correlation"]: e for e in calls if "correlation" in e.get("args", {})}
-    waits: dict = {}
-    for e in calls:
-        if e["dur"] >= IDLE_GAP_US and any(n in e["name"] for n in HOST_WAIT_NAMES):
-            waits.setdefault(e["tid"], []).append(e)
-    waits = {tid: sorted(w, key=lambda e: e["ts"] + e["dur"]) for tid, w in waits.items()}
+    waits = {tid: sorted(w, key=lambda e: e["ts"] + e["dur"]) for tid, w in host_waits(calls).items()}
     wait_ends = {tid: [e["ts"] + e["dur"] for e in w] for tid, w in waits.items()}
 
     def held_through(tid, start: float, launch: float) -> dict | None:
@@ -185,13 +191,7 @@ def host_time(trace, steps: int) -> dict:
     time holds its nested spans'. What ``idle_causes`` cannot give: where the host's time goes
     whether or not the GPU waited for it."""
     events = events_of(trace)
-    waits: dict = {}
-    for e in events:
-        if (e.get("cat") in HOST_CALLS and e.get("dur", 0) >= IDLE_GAP_US
-                and any(n in e["name"] for n in HOST_WAIT_NAMES)):
-            waits.setdefault(e["tid"], []).append(e)
-    for tid_waits in waits.values():
-        tid_waits.sort(key=lambda e: e["ts"])
+    waits = {tid: sorted(w, key=lambda e: e["ts"]) for tid, w in host_waits(events).items()}
     wait_starts = {tid: [e["ts"] for e in w] for tid, w in waits.items()}
 
     def waited_in(span: dict) -> float:
