@@ -332,12 +332,28 @@ def test_the_write_graph_is_captured_above_the_request_pool_up_to_the_draft_widt
     assert use_decode_kernels(draft_backend)
     with capture_write_sizes(4, draft_backend):
         write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)
-    assert write_sizes == decode_sizes + [32, 48, 64]
-    assert draft_backend.kv_indptr.shape == (65,) and draft_backend.kv_indptr.dtype == torch.int32
-    assert draft_backend.qo_indptr.shape == (65,) and draft_backend.window_kv_indptr is None
+    # Four decode steps of 16, then doubled to MIN_WRITE_ROWS: a prompt's rows in one replay.
+    assert write_sizes == decode_sizes + [32, 48, 64, 128, 256, 512]
+    assert draft_backend.kv_indptr.shape == (513,) and draft_backend.kv_indptr.dtype == torch.int32
+    assert draft_backend.qo_indptr.shape == (513,) and draft_backend.window_kv_indptr is None
     assert draft_extend_graphs.get_batch_sizes_to_capture is upstream
     # The runner looks the name up in its module when it is built, so the shadow reaches it.
     assert "get_batch_sizes_to_capture" in EAGLEDraftExtendCudaGraphRunner.__init__.__code__.co_names
+
+
+@pytest.mark.parametrize("largest, draft_width, added", [
+    (128, 4, [256, 384, 512]),  # four decode steps already reach MIN_WRITE_ROWS
+    (48, 3, [96, 144, 288, 512]),  # doubled, the last size clamped to it
+    (640, 4, [1280, 1920, 2560]),  # above it: the decode steps alone
+])
+def test_writes_take_at_least_a_prompts_worth_of_rows(monkeypatch, largest, draft_width, added):
+    decode_sizes = [1, 2, 4, largest]
+    monkeypatch.setattr(draft_extend_graphs, "get_batch_sizes_to_capture", lambda runner: (decode_sizes, None))
+    grown = []
+    monkeypatch.setattr("sglang_specgate.deferred_draft_kv.take_rows", lambda backend, rows: grown.append(rows))
+    with capture_write_sizes(draft_width, draft_backend=None):
+        write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(None)
+    assert write_sizes == decode_sizes + added and grown == [added[-1]]
 
 
 class StandInGatedWorker:

@@ -10,7 +10,8 @@ state, its position and, while off, the one cached entry its attention reads
 (one_token_decode.read_one_entry). No row reads another pending row. So a plain step copies its
 rows' inputs into a buffer, and buffered rows are written together, each row a one-token
 pseudo-request, in one replay of the same graph. That graph is captured up to several full
-decode batches (capture_write_sizes), so even a full batch writes once every few steps.
+decode batches, and at least MIN_WRITE_ROWS rows (capture_write_sizes), so even a full batch
+writes once every few steps, and a prompt's rows in one replay.
 
 A prefill while off buffers its prompt's rows the same way (defer_prefill), one per token,
 instead of running the draft over the prompt as a forward of its own: the rows need only the
@@ -63,6 +64,13 @@ NO_GRAPH = "the one-token draft extend has no CUDA graph"
 # The buffer holds this many replays' worth of rows, so a prefill's prompt rows wait for the plain
 # steps after it instead of being written inside the prefill (see DeferredDraftKV).
 STAGED_WRITES = 4
+# One replay writes at least this many rows, whatever the largest decode batch: a replay costs the
+# host about the same at any size, and a prompt's rows come all at once. With 32 requests at most
+# (128-row replays), a prefill's rows took four or five replays, one in each plain step after it,
+# while the host was furthest behind the GPU (8B, C = 16: 0.37 writes a plain step, 2/3 of the
+# rows prompt rows; benchmark/results/2026-12-03-offcost-8b-2.2-low-load-triton). At C = 128
+# (512-row replays) a write held 511 rows on average.
+MIN_WRITE_ROWS = 512
 
 
 def why_not_deferred(server_args, draft_worker, draft_reads_one_entry: bool) -> str | None:
@@ -88,7 +96,9 @@ def why_not_deferred(server_args, draft_worker, draft_reads_one_entry: bool) -> 
 def capture_write_sizes(steps_per_write: int, draft_backend):
     """While the off state's one-token draft-extend graph is captured: also capture multiples
     of its largest batch, up to ``steps_per_write`` times it, so one replay writes that many
-    full decode steps; ``draft_backend``, that graph's attention, is given room for the rows.
+    full decode steps, then doubled sizes up to MIN_WRITE_ROWS if that is more; ``draft_backend``,
+    that graph's attention, is given room for the rows. A write between captured sizes replays
+    the next one up, its padding rows sent to SGLang's padding slot.
 
     Upstream sizes graphs, and the attention backend's per-request index buffers, at the
     request pool (get_batch_sizes_to_capture; take_rows), right where rows are requests.
@@ -97,7 +107,8 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
     benchmark/results/2026-11-30-offcost-8b-2.2-deferred-draft-kv). With
     ``steps_per_write`` the server's draft width, the graph holds as many tokens as the
     speculative state's draft-extend graph, and as upstream's own steps-0 graph, captured that
-    wide: its token-sized buffers grow back to upstream's sizes, no further.
+    wide: its token-sized buffers grow back to upstream's sizes. Below MIN_WRITE_ROWS they grow
+    to it (8B: 12.6 MB of hidden states at 512 rows, and the buffer holds STAGED_WRITES writes).
 
     The runner module's name is shadowed for the capture only; the scheduler builds graphs on
     one thread, and nothing else captures meanwhile.
@@ -108,10 +119,14 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
         capture_bs, compile_bs = sizes_for_decode(model_runner, *args, **kwargs)
         largest = max(capture_bs)
         write_sizes = [largest * k for k in range(2, steps_per_write + 1)]
+        rows = write_sizes[-1] if write_sizes else largest
+        while rows < MIN_WRITE_ROWS:
+            rows = min(2 * rows, MIN_WRITE_ROWS)
+            write_sizes.append(rows)
         if write_sizes:
             take_rows(draft_backend, write_sizes[-1])
             logger.info("spec gate: the off state's draft KV writes also take %s rows (up to %d "
-                        "decode steps of %d)", write_sizes, steps_per_write, largest)
+                        "decode steps of %d, or a prompt's rows)", write_sizes, steps_per_write, largest)
         return sorted({*capture_bs, *write_sizes}), compile_bs
 
     draft_extend_graphs.get_batch_sizes_to_capture = sizes_for_writes
