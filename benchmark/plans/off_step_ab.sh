@@ -3,6 +3,8 @@
 # more host time to launch, and each prefill then left the GPU idle
 # (benchmark/results/2026-12-03-offcost-8b-2.2-low-load-triton).
 # --speculative-gate-off-step decode (plain_decode.py) skips the one-token verify's host work.
+# Both gates now write a prompt's draft rows in one 512-row replay, where that run took four or
+# five 128-row replays after each prefill (deferred_draft_kv.MIN_WRITE_ROWS).
 # - plain, gate (the verify, the default) and gate-decode, one after the other on one host.
 # - Each level runs three times: C = 16 and 32, twice offcost.sh's prompts.
 # - Each server ends with a host-and-GPU trace of 200 steps at C = 16, kept with its summary.
