@@ -729,8 +729,9 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
         summary.update(kernel_profile.host_time(events, steps))
     stem = "profile" if phase == "decode" else f"profile-{phase}"
     (run.dir / f"{stem}-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
-    # Kept beside the summary: the working directory goes at the end of the sweep.
-    trace.replace(run.dir / f"{stem}-{config.name}.trace.json.gz")
+    # Kept beside the summary: the working directory goes at the end of the sweep. A move, not
+    # a rename: the working directory is under the system's temporary one, often another disk.
+    shutil.move(trace, run.dir / f"{stem}-{config.name}.trace.json.gz")
     print(kernel_profile.summary_line(summary), flush=True)
 
 
