@@ -204,9 +204,9 @@ def host_time(trace, steps: int) -> dict:
     waiting: Counter = Counter()
     for e in events:
         if e.get("cat") == "user_annotation" and e.get("ph") == "X" and "dur" in e:
-            waited = waited_in(e)
-            working[span_kind(e["name"])] += (e["dur"] - waited) / 1e3
-            waiting[span_kind(e["name"])] += waited / 1e3
+            kind, waited = span_kind(e["name"]), waited_in(e)
+            working[kind] += (e["dur"] - waited) / 1e3
+            waiting[kind] += waited / 1e3
     return {"host_ms_per_step": [{"span": name, "working": ms / steps, "waiting": waiting[name] / steps}
                                  for name, ms in working.most_common()]}
 
