@@ -23,6 +23,7 @@ from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_specgate import host_seq_lens
+from sglang_specgate.deferred_draft_kv import NO_GRAPH
 from sglang_specgate.plain_decode import (
     PlainDecodeGraphRunner,
     as_one_token_verify,
@@ -223,12 +224,14 @@ def test_without_plain_decode_graphs_every_step_is_upstreams(monkeypatch) -> Non
     assert events == [("speculative", PLAIN_STEPS)]
 
 
-@pytest.mark.parametrize("off_step, blocker, plain", [
-    ("decode", None, True),
-    ("decode", "the draft extend syncs its batch across ranks", False),
-    ("verify", None, False),  # --speculative-gate-off-step verify: upstream's graphs, deferred KV
-], ids=["decode", "draft KV not deferred", "verify asked for"])
-def test_the_steps0_build_decodes_plainly_where_asked_and_draft_kv_defers(monkeypatch, off_step, blocker, plain) -> None:
+@pytest.mark.parametrize("off_step, blocker, graphs, plain", [
+    ("decode", None, "draft-extend graphs", True),
+    ("decode", "the draft extend syncs its batch across ranks", "draft-extend graphs", False),
+    ("decode", None, None, False),  # no one-token draft-extend graph to write the rows with
+    ("verify", None, "draft-extend graphs", False),  # --speculative-gate-off-step verify: upstream's graphs, deferred KV
+], ids=["decode", "draft KV not deferred", "no write graph", "verify asked for"])
+def test_the_steps0_build_decodes_plainly_where_asked_and_draft_kv_defers(monkeypatch, off_step, blocker, graphs,
+                                                                          plain) -> None:
     """GatedEAGLEWorkerV2.build_adaptive_runtime_state around a stand-in for upstream's build,
     which captures the draft's graphs (settling deferral_blocker) before the target's runner."""
     from sglang_specgate import worker as worker_module
@@ -237,9 +240,9 @@ def test_the_steps0_build_decodes_plainly_where_asked_and_draft_kv_defers(monkey
 
     def upstream_build(self, steps, draft_tokens, cuda_graph_bs=None):
         self.deferral_blocker = blocker  # as the shadowed draft capture sets it
-        self._draft_worker.cuda_graph_runner_for_draft_extend = "draft-extend graphs"
+        self._draft_worker.cuda_graph_runner_for_draft_extend = graphs
         return SimpleNamespace(target_graph_runner=eagle_worker_v2.DecodeCudaGraphRunner("target"),
-                               cuda_graph_runner_for_draft_extend="draft-extend graphs")
+                               cuda_graph_runner_for_draft_extend=graphs)
 
     monkeypatch.setattr(EAGLEWorkerV2, "build_adaptive_runtime_state", upstream_build)
     monkeypatch.setattr(GatedEAGLEWorkerV2, "_one_token_backends_use_decode_kernels",
@@ -252,5 +255,6 @@ def test_the_steps0_build_decodes_plainly_where_asked_and_draft_kv_defers(monkey
     state = worker.build_adaptive_runtime_state(PLAIN_STEPS, 1)
     assert isinstance(state.target_graph_runner, PlainDecodeGraphRunner) is plain
     assert worker.plain_decode is plain
-    assert worker.deferred_draft_kv == (None if blocker else ("deferred", "draft-extend graphs"))
+    assert worker.deferred_draft_kv == (("deferred", graphs) if graphs and not blocker else None)
+    assert worker.deferral_blocker == (blocker or (None if graphs else NO_GRAPH))
     assert eagle_worker_v2.DecodeCudaGraphRunner is DecodeCudaGraphRunner

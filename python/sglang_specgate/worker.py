@@ -200,22 +200,25 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
         self.plain_decode = isinstance(state.target_graph_runner, PlainDecodeGraphRunner)
-        runner = state.cuda_graph_runner_for_draft_extend
-        if runner is None and not self.deferral_blocker:
-            self.deferral_blocker = NO_GRAPH
-        if self.deferral_blocker:
+        if self._settle_deferral_blocker():
             logger.info("spec gate: plain steps extend the draft every step: %s", self.deferral_blocker)
         else:
-            self.deferred_draft_kv = DeferredDraftKV(runner)
+            self.deferred_draft_kv = DeferredDraftKV(state.cuda_graph_runner_for_draft_extend)
         return state
+
+    def _settle_deferral_blocker(self) -> str | None:
+        """Why plain steps extend the draft every step, or None if they defer their draft KV;
+        asked once the steps-0 state's draft graphs are captured (or were not): the capture's
+        own reason, else NO_GRAPH where it left no one-token draft-extend graph to write with."""
+        if self.deferral_blocker is None and self._draft_worker.cuda_graph_runner_for_draft_extend is None:
+            self.deferral_blocker = NO_GRAPH
+        return self.deferral_blocker
 
     def _plain_steps_decode(self) -> bool:
         """Asked while the steps-0 state is built, once its draft graphs are captured: plain
         steps decode where --speculative-gate-off-step asks it and their draft KV can be
         deferred, for they run no draft extend of their own."""
-        draft_extend_graphs = self._draft_worker.cuda_graph_runner_for_draft_extend
-        can_defer = not self.deferral_blocker and draft_extend_graphs is not None
-        return self.off_step == OFF_STEP_DECODE and can_defer
+        return self.off_step == OFF_STEP_DECODE and self._settle_deferral_blocker() is None
 
     def init_attention_backends(self) -> None:
         super().init_attention_backends()
