@@ -16,6 +16,7 @@ import pytest
 import torch
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
+from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
 from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft_extend_graphs
 from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
@@ -320,7 +321,10 @@ def test_configurations_that_keep_the_per_step_draft_extend_say_why(
 def test_the_write_graph_is_captured_above_the_request_pool_up_to_the_draft_width(published_gate_args):
     """SGLang's real capture list for a pool of 16 requests, and what the off state's
     draft-extend runner reads in its place while it is captured."""
-    pool_of_16 = SimpleNamespace(server_args=published_gate_args, req_to_token_pool=SimpleNamespace(size=16))
+    # Upstream's shared logits buffer holds the widest decode graph: 16 requests, 4 draft tokens.
+    shared_logits = GraphSharedOutput(device="cpu", max_rows=64)
+    pool_of_16 = SimpleNamespace(server_args=published_gate_args, req_to_token_pool=SimpleNamespace(size=16),
+                                 graph_shared_output=shared_logits)
     upstream = draft_extend_graphs.get_batch_sizes_to_capture
     decode_sizes, _ = upstream(pool_of_16)
     assert max(decode_sizes) == 16  # upstream's clamp
@@ -332,6 +336,11 @@ def test_the_write_graph_is_captured_above_the_request_pool_up_to_the_draft_widt
     assert use_decode_kernels(draft_backend)
     with capture_write_sizes(4, draft_backend):
         write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)
+        # The runner reads its logits rows from its model runner's buffer: one of 512 rows, for
+        # the capture only.
+        assert pool_of_16.graph_shared_output.max_rows == 512
+        assert pool_of_16.graph_shared_output.get_logits_buffer(32000, rows=512).shape == (512, 32000)
+    assert pool_of_16.graph_shared_output is shared_logits
     # Four decode steps of 16, then doubled to MIN_WRITE_ROWS: a prompt's rows in one replay.
     assert write_sizes == decode_sizes + [32, 48, 64, 128, 256, 512]
     assert draft_backend.kv_indptr.shape == (513,) and draft_backend.kv_indptr.dtype == torch.int32
@@ -351,9 +360,13 @@ def test_writes_take_at_least_a_prompts_worth_of_rows(monkeypatch, largest, draf
     monkeypatch.setattr(draft_extend_graphs, "get_batch_sizes_to_capture", lambda runner: (decode_sizes, None))
     grown = []
     monkeypatch.setattr("sglang_specgate.deferred_draft_kv.take_rows", lambda backend, rows: grown.append(rows))
+    shared_logits = GraphSharedOutput(device="cpu", max_rows=largest * draft_width)
+    draft_runner = SimpleNamespace(graph_shared_output=shared_logits)
     with capture_write_sizes(draft_width, draft_backend=None):
-        write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(None)
+        write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(draft_runner)
+        assert draft_runner.graph_shared_output.max_rows == max(added[-1], largest * draft_width)
     assert write_sizes == decode_sizes + added and grown == [added[-1]]
+    assert draft_runner.graph_shared_output is shared_logits
 
 
 class StandInGatedWorker:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.standalone_worker_v2 import StandaloneWorkerV2
@@ -117,8 +118,12 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
 
     server_args = published_gate_args
     backend_class = type("TritonAttnBackend", (), {})  # stands in for the verified backend
-    seen_widths, seen_splits, seen_sizes = [], [], []
-    pool_of_16 = SimpleNamespace(server_args=server_args, req_to_token_pool=SimpleNamespace(size=16))
+    seen_widths, seen_splits, seen_sizes, seen_logits_rows = [], [], [], []
+    # The draft runner as upstream's size list and logits buffer read it; its shared logits
+    # buffer holds the widest decode graph, 16 requests of 4 draft tokens.
+    shared_logits = GraphSharedOutput(device="cpu", max_rows=64)
+    pool_of_16 = SimpleNamespace(server_args=server_args, req_to_token_pool=SimpleNamespace(size=16),
+                                 graph_shared_output=shared_logits)
     upstream_sizes = draft_extend_graphs.get_batch_sizes_to_capture
 
     class DraftWorker:
@@ -130,6 +135,7 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
             seen_widths.append(server_args.speculative_num_draft_tokens)
             seen_splits.append(self.draft_extend_attn_backend.max_kv_splits)
             seen_sizes.append(draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)[0])
+            seen_logits_rows.append(pool_of_16.graph_shared_output.max_rows)
 
     class TargetRunner:
         def _get_attention_backend(self, init_new_workspace=False):
@@ -149,6 +155,7 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
     assert seen_sizes == [upstream_sizes(pool_of_16)[0] + [32, 48, 64, 128, 256, 512]]
     assert worker.deferral_blocker is None
     assert worker._draft_worker.draft_extend_attn_backend.kv_indptr.shape == (513,)  # room for the rows
+    assert seen_logits_rows == [512] and pool_of_16.graph_shared_output is shared_logits  # and for their logits
     assert draft_extend_graphs.get_batch_sizes_to_capture is upstream_sizes
     # The draft's attention reads one entry: its graph is captured one KV split wide; the
     # target's verify reads the whole context and keeps the server's split count.

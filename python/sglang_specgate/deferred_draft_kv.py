@@ -49,6 +49,7 @@ import logging
 
 import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
 from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft_extend_graphs
 from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
 from sglang.srt.utils import require_mlp_sync
@@ -115,6 +116,8 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
     """
     sizes_for_decode = draft_extend_graphs.get_batch_sizes_to_capture
 
+    shared_logits = []  # (draft runner, its shared logits buffer) while a larger one stands in
+
     def sizes_for_writes(model_runner, *args, **kwargs):
         capture_bs, compile_bs = sizes_for_decode(model_runner, *args, **kwargs)
         largest = max(capture_bs)
@@ -127,6 +130,7 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
             take_rows(draft_backend, write_sizes[-1])
             logger.info("spec gate: the off state's draft KV writes also take %s rows (up to %d "
                         "decode steps of %d, or a prompt's rows)", write_sizes, steps_per_write, largest)
+            hold_logits_rows(model_runner, write_sizes[-1], shared_logits)
         return sorted({*capture_bs, *write_sizes}), compile_bs
 
     draft_extend_graphs.get_batch_sizes_to_capture = sizes_for_writes
@@ -134,6 +138,24 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
         yield
     finally:
         draft_extend_graphs.get_batch_sizes_to_capture = sizes_for_decode
+        for model_runner, shared in shared_logits:
+            model_runner.graph_shared_output = shared
+
+
+def hold_logits_rows(model_runner, rows: int, shared_logits: list) -> None:
+    """The write graph's runner takes a logits buffer of one row per captured row from the
+    process's shared one (eagle_draft_extend_cuda_graph_runner.py:226-229), which upstream sizes
+    for the widest decode graph: the largest batch times the draft width
+    (model_runner.py:763-767), the write sizes' multiples of the largest batch included. Rows
+    up to MIN_WRITE_ROWS can exceed it (32 requests, 4 draft tokens: 128 rows), so the runner
+    gets a buffer of its own for this capture. The kv-only draft writes zeros there, never read."""
+    shared = model_runner.graph_shared_output
+    if shared is None or shared.max_rows >= rows:
+        return
+    shared_logits.append((model_runner, shared))
+    model_runner.graph_shared_output = GraphSharedOutput(device=shared.device, max_rows=rows)
+    logger.info("spec gate: the off state's draft KV writes hold their own logits buffer of %d rows "
+                "(the shared one holds %d)", rows, shared.max_rows)
 
 
 class DeferredDraftKV:
