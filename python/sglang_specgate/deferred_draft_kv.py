@@ -109,7 +109,8 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
     ``steps_per_write`` the server's draft width, the graph holds as many tokens as the
     speculative state's draft-extend graph, and as upstream's own steps-0 graph, captured that
     wide: its token-sized buffers grow back to upstream's sizes. Below MIN_WRITE_ROWS they grow
-    to it (8B: 12.6 MB of hidden states at 512 rows, and the buffer holds STAGED_WRITES writes).
+    to it (8B: 12.6 MB of hidden states at 512 rows, and the buffer holds STAGED_WRITES writes),
+    and so do its logits rows (hold_logits_rows: 65.5 MB at a 32,000-token draft vocabulary).
 
     The runner module's name is shadowed for the capture only; the scheduler builds graphs on
     one thread, and nothing else captures meanwhile.
