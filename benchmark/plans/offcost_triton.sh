@@ -7,7 +7,8 @@
 #   benchmark/results/2026-12-03-off-step-c16-512-row-writes).
 # - Then the TP = 1 GPU suite on Triton in its short form: no test has passed on a GPU since the
 #   write graph got its own logits buffer (66be704).
-# About 10 device minutes for the sweep and 10 for the suite on one H200, after the host's start.
+# About 10 device minutes for the sweep (offcost.sh's Triton half took 11 with its profile) and 11-13
+# for the suite (8 tests took 10 in its last short run), after the host's start and the kit's install.
 #   bash benchmark/gpu_job.sh start benchmark/plans/offcost_triton.sh 560
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 phase triton python3 benchmark/sweep.py --run-dir "$RESULTS/triton" \
