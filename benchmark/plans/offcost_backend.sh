@@ -1,0 +1,25 @@
+# Item 3's table on one attention backend, then the TP = 1 GPU suite on Triton (issue 3, items 3
+# and 5). OFFCOST_BACKEND (default triton) is the sweep's backend; SPECGATE_GPU_BURSTS (default 3,
+# the short form; 10 for 204 requests) sizes the suite.
+# - The sweep: the gate at N = 9 against a plain server, C = 16 to 128, each level twice, 8B pair
+#   of accept length 2.2 (offcost.sh's sweep for one backend, without its profile).
+# - Run with the defaults on 085f297 (then named offcost_triton.sh):
+#   benchmark/results/2026-12-03-offcost-8b-2.2-final-triton (553 s) and
+#   benchmark/results/2026-12-03-gpu-tests-triton-1b-final (705 s).
+# - Next: OFFCOST_BACKEND=flashinfer SPECGATE_GPU_BURSTS=10. FlashInfer was last measured on
+#   ee043d2 (benchmark/results/2026-12-02-offcost-8b-2.2-both-backends), before the 512-row draft
+#   KV writes and their own logits buffer, and the suite's full form on Triton was cut after 7 of
+#   11 tests (benchmark/results/2026-12-03-gpu-tests-204-requests-triton-cut); the greedy identity
+#   check comes early, the sampled and Prometheus checks last. FlashInfer needs the kit's wheel
+#   with CCCL (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit) and adds its first-start
+#   JIT, about 4 minutes.
+#   OFFCOST_BACKEND=flashinfer SPECGATE_GPU_BURSTS=10 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
+backend=${OFFCOST_BACKEND:-triton}
+phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
+phase "$backend" python3 benchmark/sweep.py --run-dir "$RESULTS/$backend" \
+  --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
+  --configs plain,gate --concurrency 16,32,64,128 --prompts-per-concurrency 4 --repeat-levels 2 \
+  --warm-up-level 64 --output-len 256 --output-len-spread 0.5 \
+  -- --attention-backend "$backend" --sampling-backend pytorch --grammar-backend none
+keep_lines "$RESULTS/$backend/logs"
+phase tests gpu_tests triton 1b "not tensor_parallel" "bursts${SPECGATE_GPU_BURSTS:-3}"
