@@ -15,12 +15,11 @@ is also captured at batch sizes above the decode batch's largest. Switching is u
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
 acceptance EMA. For backends that plan on host sequence lengths (FlashInfer), the worker
 records the lengths each forward publishes where the host knows them, so the scheduler need not
-wait for the GPU's copy after a plain step (host_seq_lens.py). What the off state still costs
-against a plain server (Triton):
-benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows, and at C = 128
-2026-12-02-offcost-8b-2.2-c128-three-way, where the target's own decode step instead of the
-one-token verify was measured no faster, and removed; at C = 16, where the off step's host time
-shows, 2026-12-03-off-step-c16-512-row-writes.
+wait for the GPU's copy after a plain step (host_seq_lens.py). What the off state costs against
+a plain server on this code (Triton, C = 16-128):
+benchmark/results/2026-12-03-offcost-8b-2.2-final-triton. The target's own decode step instead
+of the one-token verify was measured no faster at C = 128, and removed:
+2026-12-02-offcost-8b-2.2-c128-three-way.
 """
 
 from __future__ import annotations
