@@ -9,7 +9,7 @@
 # - A host-and-GPU trace of 200 forward steps at C = 16 shows what the scheduler did around
 #   each prefill (kernel_profile.idle_causes).
 # Then, with the GPU to itself, the TP = 1 GPU suite on Triton in its 204-request form: the whole
-# suite has run on the final code only on FlashInfer (results/2026-12-03-gpu-tests-204-requests-flashinfer).
+# suite has run on the current code only on FlashInfer (results/2026-12-03-gpu-tests-204-requests-flashinfer-final).
 # About 12 device minutes on one H200 for the sweep, 11 more for the suite; the suite comes last,
 # so a session short of time loses only it.
 #   bash benchmark/gpu_job.sh start benchmark/plans/low_load.sh 560

@@ -3,10 +3,11 @@
 # same GPU the TP = 1 GPU suite in its 204-request form. About 27 device minutes on one H200;
 # SOAK_SECONDS (default 1200) shortens the soak where less device time is left.
 # The soak judges its own server's GPU memory, so the tests' servers do not count against it.
-# Last run on e494898 (staged draft KV writes): results/2026-12-03-soak-1b-n8-flashinfer and
-# results/2026-12-03-gpu-tests-204-requests-flashinfer. Since then the writes take at least 512
-# rows with a logits buffer of their own (66be704), not yet run on FlashInfer.
-#   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 560
+# Last run on d279a34 (the package as at 085f297: 512-row draft KV writes with their own logits
+# buffer), with a 15-minute soak: results/2026-12-03-soak-1b-n8-flashinfer-final and
+# results/2026-12-03-gpu-tests-204-requests-flashinfer-final (1,087 s). The 20-minute soak last
+# ran on e494898: results/2026-12-03-soak-1b-n8-flashinfer.
+#   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 560   (the last run: SOAK_SECONDS=900 in front)
 phase pair python3 benchmark/model_pair.py /tmp/p1 --shape 1b --accept-length 2.2 --seed 0 --device cuda
 phase soak python3 benchmark/soak.py --run-dir "$RESULTS/soak" --duration "${SOAK_SECONDS:-1200}" \
   --model-path /tmp/p1/target --draft-model-path /tmp/p1/draft --threshold 8 --port 30005 \
