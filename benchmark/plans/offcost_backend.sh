@@ -1,6 +1,9 @@
 # Item 3's table on one attention backend, then the TP = 1 GPU suite on Triton (issue 3, items 3
 # and 5). OFFCOST_BACKEND (default triton) is the sweep's backend; SPECGATE_GPU_BURSTS (default 3,
-# the short form; 10 for 204 requests) sizes the suite.
+# the short form; 10 for 204 requests; 0 for none) sizes the suite. OFFCOST_LEVELS (default
+# 16,32,64,128) are the sweep's concurrencies, and OFFCOST_PROFILE_LEVEL, where set, adds a
+# host-and-GPU trace of 200 forward steps at that concurrency (Triton only: what each prefill cost
+# the decoding requests, kernel_profile.prefill_intervals).
 # - The sweep: the gate at N = 9 against a plain server, C = 16 to 128, each level twice, 8B pair
 #   of accept length 2.2 (offcost.sh's sweep for one backend, without its profile).
 # - Run with the defaults on 085f297 (then named offcost_triton.sh):
@@ -14,12 +17,17 @@
 #   with CCCL (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit) and adds its first-start
 #   JIT, about 4 minutes.
 #   OFFCOST_BACKEND=flashinfer SPECGATE_GPU_BURSTS=10 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
+# - Where a prefill's extra 1-4 ms goes at C = 64 and 128 (final-triton fitted it, untraced), in
+#   about 8 device minutes on a host whose last plan is done:
+#   OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
 backend=${OFFCOST_BACKEND:-triton}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 phase "$backend" python3 benchmark/sweep.py --run-dir "$RESULTS/$backend" \
   --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
-  --configs plain,gate --concurrency 16,32,64,128 --prompts-per-concurrency 4 --repeat-levels 2 \
-  --warm-up-level 64 --output-len 256 --output-len-spread 0.5 \
+  --configs plain,gate --concurrency "${OFFCOST_LEVELS:-16,32,64,128}" --prompts-per-concurrency 4 \
+  --repeat-levels 2 --warm-up-level 64 --output-len 256 --output-len-spread 0.5 \
+  ${OFFCOST_PROFILE_LEVEL:+--profile-level "$OFFCOST_PROFILE_LEVEL" --profile-steps 200 --profile-host} \
   -- --attention-backend "$backend" --sampling-backend pytorch --grammar-backend none
 keep_lines "$RESULTS/$backend/logs"
-phase tests gpu_tests triton 1b "not tensor_parallel" "bursts${SPECGATE_GPU_BURSTS:-3}"
+bursts=${SPECGATE_GPU_BURSTS:-3}
+[ "$bursts" = 0 ] || phase tests gpu_tests triton 1b "not tensor_parallel" "bursts$bursts"
