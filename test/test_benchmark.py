@@ -1412,10 +1412,25 @@ keep_lines() { :; }
 """
 
 
-@pytest.mark.parametrize("plan", sorted((BENCH / "plans").glob("*.sh")), ids=lambda p: p.name)
-def test_gpu_job_plans_pass_their_scripts_options(plan, tmp_path):
-    """Each plan's sweeps and soaks accept its options (a dry run): a plan is only ever run on
-    the lent GPU host, where a stale option costs a session's device minutes."""
+def documented_plan_runs() -> list[tuple[Path, dict[str, str]]]:
+    """Each plan with the variables of every run its header documents
+    (``#   VAR=value ... bash benchmark/gpu_job.sh start benchmark/plans/NAME.sh``)."""
+    runs = []
+    for plan in sorted((BENCH / "plans").glob("*.sh")):
+        start = re.compile(r"^#\s+((?:\w+=\S+\s+)*)bash benchmark/gpu_job\.sh start "
+                           + re.escape(f"benchmark/plans/{plan.name} "), re.MULTILINE)
+        documented = [dict(a.split("=", 1) for a in m.group(1).split()) for m in start.finditer(plan.read_text())]
+        assert documented, f"{plan.name} documents no gpu_job.sh start command"
+        runs += [(plan, variables) for variables in documented]
+    return runs
+
+
+@pytest.mark.parametrize(("plan", "variables"), documented_plan_runs(),
+                         ids=lambda v: v.name if isinstance(v, Path) else " ".join(f"{k}={x}" for k, x in v.items()))
+def test_gpu_job_plans_pass_their_scripts_options(plan, variables, tmp_path):
+    """Each plan's sweeps and soaks accept its options (a dry run), in every run its header
+    documents: a plan is only ever run on the lent GPU host, where a stale option costs a
+    session's device minutes."""
     import subprocess
     import sys
 
@@ -1423,7 +1438,7 @@ def test_gpu_job_plans_pass_their_scripts_options(plan, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "RESULTS": str(results),
-           "TMPDIR": str(tmp_path)}
+           "TMPDIR": str(tmp_path), **variables}
     subprocess.run(["bash", "-c", f"source {tmp_path / 'helpers.sh'}; source {plan}; wait"],
                    cwd=BENCH.parent, env=env, check=True, capture_output=True, text=True)
     refused = results / "refused"

@@ -7,7 +7,8 @@
 # buffer), with a 15-minute soak: results/2026-12-03-soak-1b-n8-flashinfer-final and
 # results/2026-12-03-gpu-tests-204-requests-flashinfer-final (1,087 s). The 20-minute soak last
 # ran on e494898: results/2026-12-03-soak-1b-n8-flashinfer.
-#   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 560   (the last run: SOAK_SECONDS=900 in front)
+#   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 560
+#   SOAK_SECONDS=900 bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 560   (the last run)
 phase pair python3 benchmark/model_pair.py /tmp/p1 --shape 1b --accept-length 2.2 --seed 0 --device cuda
 phase soak python3 benchmark/soak.py --run-dir "$RESULTS/soak" --duration "${SOAK_SECONDS:-1200}" \
   --model-path /tmp/p1/target --draft-model-path /tmp/p1/draft --threshold 8 --port 30005 \
