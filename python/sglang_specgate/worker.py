@@ -16,8 +16,8 @@ is also captured at batch sizes above the decode batch's largest. Switching is u
 acceptance EMA. For backends that plan on host sequence lengths (FlashInfer), the worker
 records the lengths each forward publishes where the host knows them, so the scheduler need not
 wait for the GPU's copy after a plain step (host_seq_lens.py). What the off state costs against
-a plain server on this code (Triton, C = 16-128):
-benchmark/results/2026-12-03-offcost-8b-2.2-final-triton. The target's own decode step instead
+a plain server on this code (C = 16-128): benchmark/results/2026-12-03-offcost-8b-2.2-final-triton
+and -final-flashinfer. The target's own decode step instead
 of the one-token verify was measured no faster at C = 128, and removed:
 2026-12-02-offcost-8b-2.2-c128-three-way.
 """
