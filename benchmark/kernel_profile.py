@@ -7,7 +7,8 @@ or ``profile-prefill-<config>.json``: kernels summed by name and family, GPU bus
 (a wave counts as one), how busy the GPU was over the profiled span (idle gaps are CPU-side
 cost; meaningless for a wave, whose span includes the client's start), and after which kernels
 the GPU sat idle. ``prefill_intervals`` takes a trace of mixed steps apart instead: what each
-prefill between two decode steps cost the decoding requests, and how much of that the GPU was busy.
+prefill between two decode steps cost the decoding requests, and how much of that the GPU was busy
+(on any backend with the host recorded, on Triton without).
 With ``--profile-host`` the trace holds the host too: ``idle_causes`` says for each pause of
 the GPU what the host was doing (held by a wait on the GPU, or late), and ``host_time`` how long
 each of the scheduler's phases held the host a step.
@@ -113,6 +114,26 @@ def host_waits(events: list[dict]) -> dict:
     return waits
 
 
+def host_calls(events: list[dict]) -> list[dict]:
+    """The runtime and driver calls of a trace with CPU activity."""
+    return [e for e in events if e.get("cat") in HOST_CALLS and "dur" in e]
+
+
+def launches(calls: list[dict]) -> dict:
+    """Each GPU work item's launching host call, by the correlation id they share (a CUDA
+    graph's kernels share their replay's)."""
+    return {e["args"]["correlation"]: e for e in calls if "correlation" in e.get("args", {})}
+
+
+def spans_by_thread(events: list[dict], cat: str, named=lambda name: True) -> dict:
+    """Per host thread, its spans of category ``cat`` whose names pass ``named``."""
+    by_tid: dict = {}
+    for e in events:
+        if e.get("cat") == cat and e.get("ph") == "X" and "dur" in e and named(e["name"]):
+            by_tid.setdefault(e["tid"], []).append(e)
+    return {tid: HostSpans(s) for tid, s in by_tid.items()}
+
+
 def idle_causes(trace, steps: int) -> dict:
     """What the host was doing while the GPU sat idle, from a trace with CPU activity.
 
@@ -126,8 +147,8 @@ def idle_causes(trace, steps: int) -> dict:
     place."""
     events = events_of(trace)
     work = gpu_work(events)
-    calls = [e for e in events if e.get("cat") in HOST_CALLS and "dur" in e]
-    launch_of = {e["args"]["correlation"]: e for e in calls if "correlation" in e.get("args", {})}
+    calls = host_calls(events)
+    launch_of = launches(calls)
     waits = {tid: sorted(w, key=lambda e: e["ts"] + e["dur"]) for tid, w in host_waits(calls).items()}
     wait_ends = {tid: [e["ts"] + e["dur"] for e in w] for tid, w in waits.items()}
 
@@ -139,14 +160,7 @@ def idle_causes(trace, steps: int) -> dict:
                 return waits[tid][i]
         return None
 
-    def spans(cat: str) -> dict:
-        by_tid: dict = {}
-        for e in events:
-            if e.get("cat") == cat and e.get("ph") == "X" and "dur" in e:
-                by_tid.setdefault(e["tid"], []).append(e)
-        return {tid: HostSpans(s) for tid, s in by_tid.items()}
-
-    annotations, ops = spans("user_annotation"), spans("cpu_op")
+    annotations, ops = spans_by_thread(events, "user_annotation"), spans_by_thread(events, "cpu_op")
 
     def where(tid, t: float) -> str:
         phases = list(annotations[tid].open_at(t))[::-1] if tid in annotations else []
@@ -245,36 +259,68 @@ def read_trace(path: Path) -> dict:
         return json.load(f)
 
 
-# Triton's kernels (the attention backend every benchmark here runs): extend attention runs in
-# prefills only, decode attention in every decode step (plain, or the gate's off state).
+# What a GPU work item is to prefill_intervals: part of a decode step, part of a prefill, or
+# neither (sampling, the scheduler's copies, the gate's draft KV writes).
+DECODE, PREFILL = "decode", "prefill"
+# With the host recorded: the forward step whose span (SGLang's profile_utils.build_step_span_name,
+# ``step[MODE bs=B]``) launched it, on any attention backend. The gate's off step is a one-token
+# TARGET_VERIFY, a plain server's a DECODE; a speculating gate's drafts are neither.
+STEP_ROLES = (("step[DECODE ", DECODE), ("step[TARGET_VERIFY ", DECODE), ("step[EXTEND ", PREFILL))
+# Without it, on Triton only: its attention kernels by name, extend attention running in
+# prefills only and decode attention in every decode step.
 EXTEND_ATTENTION, DECODE_ATTENTION = "_fwd_kernel", "_fwd_grouped_kernel_stage1"
+KERNEL_ROLES = {DECODE_ATTENTION: DECODE, EXTEND_ATTENTION: PREFILL}
 
 
-def prefill_intervals(trace: dict) -> list[dict]:
-    """What each prefill in a trace of mixed steps costs the decoding requests: the time from the
-    decode step before it (its last decode-attention kernel) to the decode step after it (its
-    first), and the GPU time busy in between. A prefill is a run of extend-attention kernels with
-    no decode attention among them. Where GPU busy falls short of the interval, the GPU waited on
-    the CPU: an eager prefill launches every kernel from Python."""
-    work = gpu_work(events_of(trace))
-    decode = [i for i, e in enumerate(work) if e["name"] == DECODE_ATTENTION]
+def roles_by_step(events: list[dict], work: list[dict]) -> list | None:
+    """Each work item's role by the forward step whose host span launched it; None where the
+    trace holds no step spans (no host recorded)."""
+    steps = spans_by_thread(events, "user_annotation", lambda name: name.startswith("step["))
+    if not steps:
+        return None
+    launch_of = launches(host_calls(events))
+
+    def role(e: dict):
+        launch = launch_of.get(e.get("args", {}).get("correlation"))
+        if launch is None or launch["tid"] not in steps:
+            return None
+        step = next(steps[launch["tid"]].open_at(launch["ts"]), "")
+        return next((r for prefix, r in STEP_ROLES if step.startswith(prefix)), None)
+
+    return [role(e) for e in work]
+
+
+def prefill_intervals(trace: dict) -> tuple[list[dict], str]:
+    """What each prefill in a trace of mixed steps costs the decoding requests: the time from
+    the decode step before it (its last work item) to the decode step after it (its first), and
+    the GPU time busy in between; and how steps were told apart ("step spans" or "kernel names",
+    see STEP_ROLES). A prefill is a run of prefill work with no decode work among it. Where GPU
+    busy falls short of the interval, the GPU waited on the host: an eager prefill launches
+    every kernel from Python, a breakable prefill graph its attention."""
+    events = events_of(trace)
+    work = gpu_work(events)
+    roles = roles_by_step(events, work)
+    by = "step spans"
+    if roles is None:
+        roles, by = [KERNEL_ROLES.get(e["name"]) for e in work], "kernel names"
+    decode = [i for i, r in enumerate(roles) if r == DECODE]
     intervals = []
     for before, after in zip(decode, decode[1:]):
-        between = work[before + 1:after]
-        if any(e["name"] == EXTEND_ATTENTION for e in between):
+        if PREFILL in roles[before + 1:after]:
             start = work[before]["ts"] + work[before]["dur"]
             intervals.append({"interval_ms": (work[after]["ts"] - start) / 1e3,
-                              "gpu_busy_ms": sum(e["dur"] for e in between) / 1e3})
-    return intervals
+                              "gpu_busy_ms": sum(e["dur"] for e in work[before + 1:after]) / 1e3})
+    return intervals, by
 
 
 def prefill_interval_summary(trace: dict) -> dict:
-    intervals = prefill_intervals(trace)
+    intervals, by = prefill_intervals(trace)
     if not intervals:
-        raise ValueError("the trace holds no prefill between two decode steps")
+        raise ValueError(f"the trace holds no prefill between two decode steps (told apart by {by})")
     return {"prefills": len(intervals),
             **{f"median_{k}": statistics.median(i[k] for i in intervals)
-               for k in ("interval_ms", "gpu_busy_ms")}}
+               for k in ("interval_ms", "gpu_busy_ms")},
+            "steps_told_by": by}
 
 
 def summary_line(summary: dict) -> str:

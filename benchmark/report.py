@@ -521,7 +521,8 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "server; sweeps before `af04a09` traced the measured level itself). "
                   "A prefill's interval: from the decode step before it to the one after it, what "
                   "it cost the decoding requests; GPU busy: the kernel time in it, the rest the "
-                  "GPU waited on the CPU (`kernel_profile.prefill_intervals`). Kernels in "
+                  "GPU waited on the CPU (`kernel_profile.prefill_intervals`: steps told apart by "
+                  "the host's step spans with `--profile-host`, else by Triton's kernel names). Kernels in "
                   "`profile-level-<config>.json`."]
         causes = idle_causes_table(res.profiles["level"])
         if causes:

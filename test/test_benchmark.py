@@ -818,16 +818,46 @@ def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_pat
         kernel(decode, 2400, 100),  # the decode step after it
         kernel(extend, 3000, 100),  # a prefill the trace ends in: no decode step after it
     ]}
-    assert kernel_profile.prefill_intervals(trace) == [{"interval_ms": 2.0, "gpu_busy_ms": 0.7}]
+    assert kernel_profile.prefill_intervals(trace) == ([{"interval_ms": 2.0, "gpu_busy_ms": 0.7}], "kernel names")
     path = tmp_path / "t.trace.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump(trace, f)
     sys.argv = ["kernel_profile.py", str(path)]
     kernel_profile.main()
     assert json.loads(capsys.readouterr().out) == {
-        "trace": str(path), "prefills": 1, "median_interval_ms": 2.0, "median_gpu_busy_ms": 0.7}
-    with pytest.raises(ValueError, match="no prefill between two decode steps"):
+        "trace": str(path), "prefills": 1, "median_interval_ms": 2.0, "median_gpu_busy_ms": 0.7,
+        "steps_told_by": "kernel names"}
+    with pytest.raises(ValueError, match=r"no prefill between two decode steps \(told apart by kernel names\)"):
         kernel_profile.prefill_interval_summary({"traceEvents": trace["traceEvents"][:3]})
+
+
+@pytest.mark.parametrize("decode_step", ["DECODE", "TARGET_VERIFY"])  # a plain server's, the gate's off step
+def test_prefill_intervals_tell_steps_by_their_host_spans_on_any_backend(decode_step) -> None:
+    # FlashInfer's kernel names, which Triton's name rules do not know: only the host spans of
+    # the forward steps that launched them tell decode work from a prefill's.
+    paged, ragged = "flashinfer::BatchPrefillWithPagedKVCacheKernel", "flashinfer::BatchPrefillWithRaggedKVCacheKernel"
+    events = [
+        host("user_annotation", f"step[{decode_step} bs=64]", 0, 50),
+        host("cuda_runtime", "cudaGraphLaunch", 10, 5, correlation=1),
+        launched(paged, 20, 100, correlation=1), launched("nvjet_gemm", 120, 80, correlation=1),  # one replay
+        host("cuda_runtime", "cudaGraphLaunch", 60, 5, correlation=2),  # after the step: sampling, a write
+        launched(paged, 210, 40, correlation=2),
+        host("user_annotation", "step[EXTEND bs=2 toks=700]", 100, 300),
+        host("cuda_runtime", "cudaLaunchKernel", 110, 5, correlation=3),
+        launched(ragged, 300, 400, correlation=3),
+        host("user_annotation", "step[DRAFT_EXTEND_V2 bs=2]", 420, 20),  # neither decode nor prefill
+        host("cuda_runtime", "cudaLaunchKernel", 425, 5, correlation=4),
+        launched(paged, 800, 50, correlation=4),
+        host("user_annotation", f"step[{decode_step} bs=66]", 500, 50),
+        host("cuda_runtime", "cudaGraphLaunch", 510, 5, correlation=5),
+        launched(paged, 1200, 100, correlation=5),
+    ]
+    # From the first step's last kernel (ends at 200) to the next step's first (1200): 1 ms, GPU
+    # busy in it 40 + 400 + 50 us.
+    assert kernel_profile.prefill_intervals({"traceEvents": events}) == (
+        [{"interval_ms": 1.0, "gpu_busy_ms": 0.49}], "step spans")
+    without_host = [e for e in events if e["cat"] == "kernel"]
+    assert kernel_profile.prefill_intervals(without_host) == ([], "kernel names")
 
 
 def host(cat: str, name: str, ts: float, dur: float, correlation: int | None = None) -> dict:
@@ -1153,7 +1183,7 @@ def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, 
     summary = json.loads((run.dir / "profile-level-plain.json").read_text())
     assert (summary["phase"], summary["concurrency"], summary["steps"]) == ("level", 16, 20)
     assert summary["prefill_intervals"] == {"prefills": 1, "median_interval_ms": 2.0,
-                                            "median_gpu_busy_ms": 0.5}
+                                            "median_gpu_busy_ms": 0.5, "steps_told_by": "kernel names"}
 
 
 def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path, monkeypatch) -> None:

@@ -3,13 +3,12 @@
 # within 2 %. Its mean TTFT there was 6-25 % over plain's, and each prefill cost the decoding
 # requests a few ms more (benchmark/results/2026-12-02-offcost-8b-2.2-both-backends). So this
 # plan looks at prefills.
-# Triton only: kernel_profile.prefill_intervals tells prefills by Triton's kernel names.
 # - Each level runs three times, with twice offcost.sh's prompts.
 # - Server-side TTFT stages come along, with a probe request every 2 s split across processes.
 # - A host-and-GPU trace of 200 forward steps at C = 16 shows what the scheduler did around
 #   each prefill (kernel_profile.idle_causes).
-# Then, with the GPU to itself, the TP = 1 GPU suite on Triton in its 204-request form: the whole
-# suite has run on the current code only on FlashInfer (results/2026-12-03-gpu-tests-204-requests-flashinfer-final).
+# Then, with the GPU to itself, the TP = 1 GPU suite on Triton in its 204-request form (last
+# passed in full on the current code: results/2026-12-03-gpu-tests-204-requests-triton-final).
 # About 12 device minutes on one H200 for the sweep, 11 more for the suite; the suite comes last,
 # so a session short of time loses only it.
 #   bash benchmark/gpu_job.sh start benchmark/plans/low_load.sh 560

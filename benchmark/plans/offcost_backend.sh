@@ -2,23 +2,25 @@
 # and 5). OFFCOST_BACKEND (default triton) is the sweep's backend; SPECGATE_GPU_BURSTS (default 3,
 # the short form; 10 for 204 requests; 0 for none) sizes the suite. OFFCOST_LEVELS (default
 # 16,32,64,128) are the sweep's concurrencies, and OFFCOST_PROFILE_LEVEL, where set, adds a
-# host-and-GPU trace of 200 forward steps at that concurrency (Triton only: what each prefill cost
-# the decoding requests, kernel_profile.prefill_intervals).
+# host-and-GPU trace of 200 forward steps at that concurrency: what each prefill cost the
+# decoding requests (kernel_profile.prefill_intervals, by the host's step spans) and where the
+# host's time went (kernel_profile.host_time, idle_causes).
 # - The sweep: the gate at N = 9 against a plain server, C = 16 to 128, each level twice, 8B pair
 #   of accept length 2.2 (offcost.sh's sweep for one backend, without its profile).
 # - Run with the defaults on 085f297 (then named offcost_triton.sh):
 #   benchmark/results/2026-12-03-offcost-8b-2.2-final-triton (553 s) and
 #   benchmark/results/2026-12-03-gpu-tests-triton-1b-final (705 s).
-# - Next: OFFCOST_BACKEND=flashinfer SPECGATE_GPU_BURSTS=10. FlashInfer was last measured on
-#   ee043d2 (benchmark/results/2026-12-02-offcost-8b-2.2-both-backends), before the 512-row draft
-#   KV writes and their own logits buffer, and the suite's full form on Triton was cut after 7 of
-#   11 tests (benchmark/results/2026-12-03-gpu-tests-204-requests-triton-cut); the greedy identity
-#   check comes early, the sampled and Prometheus checks last. FlashInfer needs the kit's wheel
-#   with CCCL (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit) and adds its first-start
-#   JIT, about 4 minutes.
-#   OFFCOST_BACKEND=flashinfer SPECGATE_GPU_BURSTS=10 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
-# - Where a prefill's extra 1-4 ms goes at C = 64 and 128 (final-triton fitted it, untraced), in
-#   about 8 device minutes on a host whose last plan is done:
+# - Run on 76cecc4 with OFFCOST_BACKEND=flashinfer SPECGATE_GPU_BURSTS=10:
+#   benchmark/results/2026-12-03-offcost-8b-2.2-final-flashinfer (724 s with FlashInfer's JIT;
+#   0.931-0.947x plain at C = 64 and 128, each prefill 2.5-6.6 ms dearer than plain's) and
+#   benchmark/results/2026-12-03-gpu-tests-204-requests-triton-final (866 s). FlashInfer needs the
+#   kit's wheel with CCCL (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit).
+# - Next: where FlashInfer's prefills lose those ms at C = 64 and 128, a trace at C = 128, in
+#   about 13 device minutes after install (the plain server's first start JIT-compiles, ~5 min):
+#   OFFCOST_BACKEND=flashinfer OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
+#   The profiler slows the gate more than plain (15 % against 9 % at C = 64), so read the two
+#   traces side by side, not as absolute figures. The same on Triton (+1-4 ms a prefill there),
+#   about 8 minutes on a warm host:
 #   OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
 backend=${OFFCOST_BACKEND:-triton}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
