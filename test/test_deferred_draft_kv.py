@@ -22,7 +22,14 @@ from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDra
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from sglang_specgate.deferred_draft_kv import DeferredDraftKV, capture_write_sizes, why_not_deferred
+from sglang_specgate.deferred_draft_kv import (
+    BUFFER_PROMPT_SPAN,
+    BUFFER_STEP_SPAN,
+    WRITE_SPAN,
+    DeferredDraftKV,
+    capture_write_sizes,
+    why_not_deferred,
+)
 from sglang_specgate.one_token_decode import use_decode_kernels
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
 
@@ -251,6 +258,21 @@ def test_a_prompt_longer_than_the_buffer_is_written_as_it_fills():
         list(range(75, 83)), list(range(83, 91)), list(range(91, 99)), [99]]
     assert torch.equal(runner.replays[2]["hidden_states"], prefill.hidden[15:23])
     assert runner.replays[5]["positions"].tolist() == [14]  # request 5's last prompt token
+
+
+def test_the_buffers_host_work_is_named_in_a_profile():
+    # A trace's host time by span (benchmark/kernel_profile.py host_time) then tells buffering
+    # from writing inside upstream's draft_extend span.
+    runner = one_token_runner()  # 8 rows a replay
+    deferred = DeferredDraftKV(runner)
+    a, b = requests(3, 4)
+    deferred.defer_prefill(*Prefill([b], prefix_lens=[0], extend_lens=[12], first_loc=60).args)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        assert deferred.defer(*Step([a], 10, 10, 0).args)  # 13 rows buffered: one write
+        assert deferred.defer_prefill(*Prefill([b], prefix_lens=[12], extend_lens=[2], first_loc=72).args)
+    spans = [e.name for e in profile.events() if e.name.startswith("spec_gate.")]
+    assert sorted(spans) == sorted([BUFFER_STEP_SPAN, WRITE_SPAN, BUFFER_PROMPT_SPAN])
+    assert len(runner.replays) == 1
 
 
 def test_a_prefill_without_a_hidden_state_per_token_is_not_buffered():

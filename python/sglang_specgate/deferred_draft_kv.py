@@ -53,6 +53,7 @@ from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
 from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft_extend_graphs
 from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
 from sglang.srt.utils import require_mlp_sync
+from sglang.srt.utils.nvtx_utils import profile_method
 
 from sglang_specgate.chunked_prefill_tail import tail_tokens
 from sglang_specgate.one_token_decode import take_rows
@@ -61,6 +62,12 @@ logger = logging.getLogger(__name__)
 
 ONE_TOKEN = 1  # each buffered row is a one-token draft extend
 PADDING_SLOT = 0  # SGLang's KV slot for padded rows' writes (memory_pool.py), never allocated
+# Profiler spans of the buffer's host work, inside upstream's ``draft_extend`` span, so a trace
+# (benchmark/kernel_profile.py host_time) tells buffering from writing; a shared no-op unless a
+# torch profiler is recording.
+BUFFER_STEP_SPAN = "spec_gate.buffer_step_rows"
+BUFFER_PROMPT_SPAN = "spec_gate.buffer_prompt_rows"
+WRITE_SPAN = "spec_gate.write_draft_kv"
 NO_GRAPH = "the one-token draft extend has no CUDA graph"
 # The buffer holds this many replays' worth of rows, so a prefill's prompt rows wait for the plain
 # steps after it instead of being written inside the prefill (see DeferredDraftKV).
@@ -199,6 +206,7 @@ class DeferredDraftKV:
             "prompt_rows": self.prompt_rows,
         }
 
+    @profile_method(BUFFER_STEP_SPAN)
     def defer(self, batch, result) -> bool:
         """Buffer a plain step's draft-extend rows, then write the oldest replay's worth if that
         many are buffered; False, buffering nothing, if the rows do not fit one replay or are not
@@ -222,6 +230,7 @@ class DeferredDraftKV:
             self._write_oldest(self.write_rows)
         return True
 
+    @profile_method(BUFFER_PROMPT_SPAN)
     def defer_prefill(self, batch, hidden, next_token_ids) -> bool:
         """Buffer a prefill's draft rows, one per prompt token, as the draft's prefill would
         have written them (eagle_worker_v2.py _draft_extend_for_prefill): at each token's
@@ -266,6 +275,7 @@ class DeferredDraftKV:
         while self.rows:
             self._write_oldest(min(self.rows, self.write_rows))
 
+    @profile_method(WRITE_SPAN)
     def _write_oldest(self, n: int) -> None:
         """Write the ``n`` oldest buffered rows' draft KV in one replay of the one-token graph."""
         self._latest_row_per_slot(n)
