@@ -225,6 +225,23 @@ def host_time(trace, steps: int) -> dict:
                                  for name, ms in working.most_common()]}
 
 
+# Host calls that both servers' forwards make alike, whatever their code: how long one takes is
+# how fast the host ran the server. In one FlashInfer A/B every one of them took 1.3-1.6x as long
+# in the gate's server as in plain's, the same calls per attention layer, so the gate's longer
+# host-bound gaps measured its host, not its code
+# (benchmark/results/2026-12-03-flashinfer-c128-traced); compare paces before reading host time.
+PACE_CALLS = ("aten::view", "aten::slice", "aten::empty", "cudaLaunchKernel")
+
+
+def host_pace(trace) -> dict:
+    """Median microseconds of each of PACE_CALLS, from a trace with CPU activity."""
+    durations: dict = {name: [] for name in PACE_CALLS}
+    for e in events_of(trace):
+        if e.get("name") in durations and "dur" in e and e.get("cat") in ("cpu_op", *HOST_CALLS):
+            durations[e["name"]].append(e["dur"])
+    return {"host_pace_us": {name: statistics.median(d) for name, d in durations.items() if d}}
+
+
 def summarize_trace(trace: dict, steps: int) -> dict:
     """Per-kernel GPU time (ms) of a Chrome trace as written by the torch profiler."""
     kernels = [e for e in events_of(trace) if e.get("cat") == "kernel" and "dur" in e]
@@ -290,27 +307,80 @@ def roles_by_step(events: list[dict], work: list[dict]) -> list | None:
     return [role(e) for e in work]
 
 
-def prefill_intervals(trace: dict) -> tuple[list[dict], str]:
-    """What each prefill in a trace of mixed steps costs the decoding requests: the time from
-    the decode step before it (its last work item) to the decode step after it (its first), and
-    the GPU time busy in between; and how steps were told apart ("step spans" or "kernel names",
-    see STEP_ROLES). A prefill is a run of prefill work with no decode work among it. Where GPU
-    busy falls short of the interval, the GPU waited on the host: an eager prefill launches
-    every kernel from Python, a breakable prefill graph its attention."""
-    events = events_of(trace)
-    work = gpu_work(events)
+def prefill_bounds(events: list[dict], work: list[dict]) -> tuple[list[tuple[int, int]], str]:
+    """Each prefill's bounds in ``work``: the last work item of the decode step before it and
+    the first of the decode step after it; and how steps were told apart ("step spans" or
+    "kernel names", see STEP_ROLES). A prefill is a run of prefill work with no decode work
+    among it."""
     roles = roles_by_step(events, work)
     by = "step spans"
     if roles is None:
         roles, by = [KERNEL_ROLES.get(e["name"]) for e in work], "kernel names"
     decode = [i for i, r in enumerate(roles) if r == DECODE]
+    return [(before, after) for before, after in zip(decode, decode[1:])
+            if PREFILL in roles[before + 1:after]], by
+
+
+def prefill_intervals(trace: dict) -> tuple[list[dict], str]:
+    """What each prefill in a trace of mixed steps costs the decoding requests: the time from
+    the decode step before it to the decode step after it, and the GPU time busy in between;
+    and how steps were told apart (prefill_bounds). Where GPU busy falls short of the interval,
+    the GPU waited on the host: an eager prefill launches every kernel from Python, a breakable
+    prefill graph its attention."""
+    events = events_of(trace)
+    work = gpu_work(events)
+    bounds, by = prefill_bounds(events, work)
     intervals = []
-    for before, after in zip(decode, decode[1:]):
-        if PREFILL in roles[before + 1:after]:
-            start = work[before]["ts"] + work[before]["dur"]
-            intervals.append({"interval_ms": (work[after]["ts"] - start) / 1e3,
-                              "gpu_busy_ms": sum(e["dur"] for e in work[before + 1:after]) / 1e3})
+    for before, after in bounds:
+        start = work[before]["ts"] + work[before]["dur"]
+        intervals.append({"interval_ms": (work[after]["ts"] - start) / 1e3,
+                          "gpu_busy_ms": sum(e["dur"] for e in work[before + 1:after]) / 1e3})
     return intervals, by
+
+
+# Where prefill_pauses looks: the scheduler loop's phase, the step or stage in it, and one more
+# span (the gate's own), then the op; and how often through each pause.
+PAUSE_SPAN_DEPTH = 3
+PAUSE_SAMPLE_US = 10
+PAUSE_TOP = 15
+
+
+def prefill_pauses(trace: dict) -> dict:
+    """Where the host was while the GPU paused inside prefill intervals, from a trace with CPU
+    activity: through each pause, every PAUSE_SAMPLE_US, the spans and op open on the thread
+    that launched the most GPU work; in ms per prefill. ``idle_causes`` names the call that
+    ended each pause; this is the host work the pause waited through, what a prefill's
+    interval loses to its host."""
+    events = events_of(trace)
+    work = gpu_work(events)
+    bounds, by = prefill_bounds(events, work)
+    launch_of = launches(host_calls(events))
+    threads = Counter(launch_of[e["args"]["correlation"]]["tid"] for e in work
+                      if e.get("args", {}).get("correlation") in launch_of)
+    if by != "step spans" or not bounds or not threads:
+        return {}
+    tid = threads.most_common(1)[0][0]
+    annotations = spans_by_thread(events, "user_annotation").get(tid)
+    ops = spans_by_thread(events, "cpu_op").get(tid)
+
+    def where(t: float) -> str:
+        outermost_first = [span_kind(name) for name in annotations.open_at(t)][::-1] if annotations else []
+        phases = outermost_first[:PAUSE_SPAN_DEPTH]
+        op = next(ops.open_at(t), None) if ops else None
+        return " > ".join(phases + ([op] if op else [])) or "(no span)"
+
+    sampled: Counter = Counter()
+    idle_us = 0.0
+    for before, after in bounds:
+        for start, _, resumed in gpu_pauses(work[before:after + 1]):
+            idle_us += resumed["ts"] - start
+            for t in range(int(start), int(resumed["ts"]), PAUSE_SAMPLE_US):
+                sampled[where(t)] += PAUSE_SAMPLE_US
+    per_prefill = len(bounds) * 1e3
+    return {"prefill_pauses": {
+        "prefills": len(bounds), "idle_ms_per_prefill": idle_us / per_prefill,
+        "host_ms_per_prefill": [{"where": place, "ms": us / per_prefill}
+                                for place, us in sampled.most_common(PAUSE_TOP)]}}
 
 
 def prefill_interval_summary(trace: dict) -> dict:
@@ -335,10 +405,14 @@ def summary_line(summary: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="What each prefill of a profiled trace cost "
-                                     "(prefill_intervals), one JSON line per trace.")
+                                     "(prefill_intervals) and, where it holds the host, how fast "
+                                     "the host ran (host_pace) and where it was while the GPU "
+                                     "paused in prefills (prefill_pauses), one JSON line per trace.")
     parser.add_argument("traces", type=Path, nargs="+", help="*.trace.json.gz from /start_profile")
     for path in parser.parse_args().traces:
-        print(json.dumps({"trace": str(path), **prefill_interval_summary(read_trace(path))}))
+        trace = read_trace(path)
+        print(json.dumps({"trace": str(path), **prefill_interval_summary(trace), **host_pace(trace),
+                          **prefill_pauses(trace)}))
 
 
 if __name__ == "__main__":

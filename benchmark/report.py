@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+import kernel_profile
 import server_processes
 import ttft_split
 import ttft_stages
@@ -400,6 +402,22 @@ def host_time_table(profiles: dict[str, dict]) -> Optional[str]:
     return md_table(["span", *timed], rows)
 
 
+def host_pace_table(profiles: dict[str, dict]) -> Optional[str]:
+    """With --profile-host: per configuration, the median length of the host calls that every
+    server's forwards make alike, and their geometric mean against plain's."""
+    paced = {name: p["host_pace_us"] for name, p in profiles.items() if p.get("host_pace_us")}
+    if not paced:
+        return None
+    plain = paced.get("plain")
+    rows = []
+    for name, pace in paced.items():
+        common = [call for call in pace if plain and call in plain]
+        versus = (math.prod(pace[call] / plain[call] for call in common) ** (1 / len(common))
+                  if common else None)
+        rows.append([name, *(fmt(pace.get(call), 2) for call in kernel_profile.PACE_CALLS), fmt(versus, 2)])
+    return md_table(["config", *(f"`{call}` µs" for call in kernel_profile.PACE_CALLS), "vs plain"], rows)
+
+
 def prefill_interval_table(profiles: dict[str, dict]) -> str:
     plain = (profiles.get("plain") or {}).get("prefill_intervals")
     rows = []
@@ -447,6 +465,16 @@ LEVEL_SECTIONS = (
                  "(`server_processes.py`; 1.00: a whole core). tokenizer: the launched process "
                  "(HTTP server and tokenizer manager). Each is one Python event loop: one near "
                  "1.00 is where requests or outputs queue. In brackets: against plain at that C."),
+    LevelSection("cpu_machine", server_processes.MACHINE_KEYS,
+                 ["machine cores busy", "steal %", "scheduler's other threads"], 2,
+                 "## The machine's CPU over each level",
+                 "From the machine's CPU times and the scheduler's threads (`server_processes."
+                 "machine_share`): the cores the whole machine kept busy, the client's included; "
+                 "steal, the share of its CPU time the hypervisor gave elsewhere (0 where the "
+                 "kernel counts none); the cores the scheduler's other threads kept busy. The "
+                 "scheduler's own thread reads busy whether it computes or waits on the GPU, so "
+                 "these say whether a server shared a slower or busier host. In brackets: against "
+                 "plain at that C."),
 )
 
 
@@ -537,6 +565,13 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                       "(`kernel_profile.host_time`; inclusive, so `scheduler.run_batch` holds the "
                       "`step[...]` forwards it launched). The scheduler keeps the GPU fed while its "
                       "working time a step stays under the GPU's; recorded, as above.", host]
+        pace = host_pace_table(res.profiles["level"])
+        if pace:
+            parts += ["How fast each server's host ran: the median length of host calls that "
+                      "every server's forwards make alike (`kernel_profile.host_pace`), and their "
+                      "geometric mean against plain's. Where it is well above 1.00, that server's "
+                      "host ran slower (a busier or slower core), and its host-bound gaps and host "
+                      "time above say so rather than what its code costs.", pace]
     if "prefill" in res.profiles:
         parts += ["## Prefill wave profile (`--profile-prefill`)",
                   profile_table(res.profiles["prefill"], "wave", with_busy=False),

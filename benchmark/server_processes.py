@@ -1,4 +1,5 @@
-"""A launched SGLang server's processes, and how busy each kept its busiest thread over a level.
+"""A launched SGLang server's processes, how busy each kept its busiest thread over a level,
+and the machine's CPU meanwhile.
 
 ``sglang.launch_server`` runs the HTTP server and the tokenizer manager in the launched process.
 It starts the schedulers and the detokenizer as its children, each titled by setproctitle
@@ -63,13 +64,54 @@ def thread_cpu_seconds(pids: dict[str, int]) -> ThreadTimes:
     return times
 
 
-def busiest_thread_share(before: ThreadTimes, after: ThreadTimes, seconds: float) -> dict[str, float]:
-    """Role -> the CPU seconds its busiest thread spent between two reads, per second of wall
-    time (1.0: a whole core). A thread started between the reads counts from zero."""
-    shares = {}
+def spent_by_thread(before: ThreadTimes, after: ThreadTimes) -> dict[str, list[float]]:
+    """Role -> each thread's CPU seconds between two reads, busiest first. A thread started
+    between the reads counts from zero."""
+    spent = {}
     for role, threads in after.items():
         earlier = before.get(role, {})
-        spent = [total - earlier.get(tid, 0.0) for tid, total in threads.items()]
-        if spent and seconds > 0:
-            shares[role] = round(max(spent) / seconds, 3)
-    return shares
+        spent[role] = sorted((total - earlier.get(tid, 0.0) for tid, total in threads.items()), reverse=True)
+    return spent
+
+
+def busiest_thread_share(before: ThreadTimes, after: ThreadTimes, seconds: float) -> dict[str, float]:
+    """Role -> the CPU seconds its busiest thread spent between two reads, per second of wall
+    time (1.0: a whole core)."""
+    if seconds <= 0:
+        return {}
+    return {role: round(spent[0] / seconds, 3)
+            for role, spent in spent_by_thread(before, after).items() if spent}
+
+
+# Why the machine's CPU too: the scheduler's thread reads busy whether it computes or spins in a
+# wait on the GPU, so its share cannot tell a slow host. In one FlashInfer A/B the gate's server
+# ran every host call 1.3-1.6x as long as plain's did
+# (benchmark/results/2026-12-03-flashinfer-c128-traced): a busier machine, CPU time taken by the
+# hypervisor (steal) or the server's own other threads would say why, for every level and
+# without a profiler.
+MACHINE_IDLE = ("idle", "iowait")
+MACHINE_GUEST = ("guest", "guest_nice")  # Linux counts them in user and nice already
+MACHINE_KEYS = ("cores_busy", "steal_pct", "scheduler_rest")  # machine_share's
+
+
+def machine_cpu_times():
+    """The machine's CPU times so far, all cores together."""
+    return psutil.cpu_times()
+
+
+def machine_share(before, after, threads_before: ThreadTimes, threads_after: ThreadTimes,
+                  seconds: float) -> dict[str, float]:
+    """Over a level: the cores the whole machine kept busy (the client's included), the share of
+    its CPU time the hypervisor gave elsewhere (steal, in percent; 0 where the kernel counts
+    none), and the cores the scheduler's threads other than its busiest kept busy."""
+    spent = {name: getattr(after, name) - getattr(before, name) for name in after._fields
+             if name not in MACHINE_GUEST}
+    total = sum(spent.values())
+    if seconds <= 0 or total <= 0:
+        return {}
+    steal = spent.get("steal", 0.0)
+    idle = sum(spent.get(name, 0.0) for name in MACHINE_IDLE)
+    scheduler = spent_by_thread(threads_before, threads_after).get("scheduler", [])
+    return {"cores_busy": round((total - idle - steal) / seconds, 2),
+            "steal_pct": round(100 * steal / total, 2),
+            "scheduler_rest": round(sum(scheduler[1:]) / seconds, 3)}

@@ -514,14 +514,17 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     log_offset = server_log.stat().st_size
     server = run.server_procs.get(config.name)
     pids = server_processes.server_processes(server.pid) if server else {}
+    machine_before = server_processes.machine_cpu_times()
     threads_before, started = server_processes.thread_cpu_seconds(pids), time.monotonic()
     with level_probe(run, url, dataset) as probe:
         exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:
         run.fail(f"{tag} (see logs/{log})")
         return
-    cpu_busy = server_processes.busiest_thread_share(
-        threads_before, server_processes.thread_cpu_seconds(pids), time.monotonic() - started)
+    threads_after, seconds = server_processes.thread_cpu_seconds(pids), time.monotonic() - started
+    cpu_busy = server_processes.busiest_thread_share(threads_before, threads_after, seconds)
+    cpu_machine = server_processes.machine_share(machine_before, server_processes.machine_cpu_times(),
+                                                 threads_before, threads_after, seconds)
     after = gate_snapshot(url)
     server_lines = decode_log.read_from(server_log, log_offset)
     stages = (ttft_stages.mean_ms(stages_before, stage_totals(run, url))
@@ -529,7 +532,8 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     run.gate_row(tag, config.name, before, after, max_concurrency=c,
                  steady_decode=decode_log.steady_throughput(server_lines, c),
                  prefills=decode_log.prefill_batches(server_lines), ttft_stages=stages,
-                 cpu_busy=cpu_busy, ttft_split=probe.summary() if probe else None)
+                 cpu_busy=cpu_busy, cpu_machine=cpu_machine,
+                 ttft_split=probe.summary() if probe else None)
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 
 
@@ -724,6 +728,8 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
     if run.args.profile_host:
         summary.update(kernel_profile.idle_causes(events, steps))
         summary.update(kernel_profile.host_time(events, steps))
+        summary.update(kernel_profile.host_pace(events))
+        summary.update(kernel_profile.prefill_pauses(events))
     stem = "profile" if phase == "decode" else f"profile-{phase}"
     (run.dir / f"{stem}-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     # Kept beside the summary: the working directory goes at the end of the sweep. A move, not
@@ -1011,7 +1017,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="record the host in every profile too (CPU activity: ops, CUDA calls, "
                         "SGLang's scheduler spans) and say, for each pause of the GPU, what the "
                         "host was doing: held by a wait on the GPU, or late "
-                        "(kernel_profile.idle_causes); recording slows the host, so these "
+                        "(kernel_profile.idle_causes), where its time went (host_time) and "
+                        "how fast it ran (host_pace); recording slows the host, so these "
                         "profiles' busy figures read lower than GPU-only ones")
     p.add_argument("--cpu-profile-level", type=int, metavar="C",
                    help="after each server's measured levels, run its closed level at concurrency "

@@ -7,6 +7,7 @@ against the installed client's source so the fixtures cannot drift from it.
 
 from __future__ import annotations
 
+import collections
 import gzip
 import importlib.util
 import json
@@ -473,6 +474,7 @@ def run_dir(tmp_path: Path) -> Path:
          "prefills": {"batches": 12, "requests": 80, "tokens": 40000} if c == 16 else None,
          "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None,
          "cpu_busy": {"tokenizer": 0.9, "scheduler": 0.75, "detokenizer": 0.3} if c == 16 else {},
+         "cpu_machine": {"cores_busy": 5.5, "steal_pct": 0.0, "scheduler_rest": 0.2} if c == 16 else {},
          "ttft_split": {"probes": 9, "tokenize": 2.0, "to_scheduler": 150.0, "queue": 10.0,
                         "prefill": 40.0, "back": 30.0} if c == 16 else None}
         for c in GATE
@@ -483,6 +485,7 @@ def run_dir(tmp_path: Path) -> Path:
           "prefills": {"batches": 9, "requests": 80, "tokens": 40000},
           "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None},
           "cpu_busy": {"tokenizer": 0.45, "scheduler": 0.75},
+          "cpu_machine": {"cores_busy": 5.0, "steal_pct": 1.5, "scheduler_rest": 0.1},
           "ttft_split": {"probes": 9, "tokenize": 2.0, "to_scheduler": 50.0, "queue": 10.0,
                          "prefill": 40.0, "back": 30.0}}
     ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
@@ -546,6 +549,13 @@ def test_report_shows_each_processs_busiest_thread_against_plain(run_dir: Path) 
     assert "| plain | 16 | 0.45 | 0.75 | – |" in text  # a detokenizer that was not found
     assert "| gate-4 | 16 | 0.90 (2.00×) | 0.75 (1.00×) | 0.30 |" in text
     assert "| gate-4 | 8 |" not in text.split("## Busiest thread")[1]  # nothing read at C = 8
+
+
+def test_report_shows_the_machines_cpu_against_plain(run_dir: Path) -> None:
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    section = text.split("## The machine's CPU over each level")[1]
+    assert "| plain | 16 | 5.00 | 1.50 | 0.10 |" in section
+    assert "| gate-4 | 16 | 5.50 (1.10×) | 0.00 | 0.20 (2.00×) |" in section  # no steal: no ratio
 
 
 def test_report_shows_the_probes_ttft_split_against_plain(run_dir: Path) -> None:
@@ -826,17 +836,17 @@ def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_pat
     kernel_profile.main()
     assert json.loads(capsys.readouterr().out) == {
         "trace": str(path), "prefills": 1, "median_interval_ms": 2.0, "median_gpu_busy_ms": 0.7,
-        "steps_told_by": "kernel names"}
+        "steps_told_by": "kernel names", "host_pace_us": {}}  # a trace without the host
     with pytest.raises(ValueError, match=r"no prefill between two decode steps \(told apart by kernel names\)"):
         kernel_profile.prefill_interval_summary({"traceEvents": trace["traceEvents"][:3]})
 
 
-@pytest.mark.parametrize("decode_step", ["DECODE", "TARGET_VERIFY"])  # a plain server's, the gate's off step
-def test_prefill_intervals_tell_steps_by_their_host_spans_on_any_backend(decode_step) -> None:
-    # FlashInfer's kernel names, which Triton's name rules do not know: only the host spans of
-    # the forward steps that launched them tell decode work from a prefill's.
+def steps_launched_from_the_host(decode_step: str) -> list[dict]:
+    """A decode step, a prefill and the decode step after it, on FlashInfer, whose kernel names
+    Triton's name rules do not know: only the host spans of the forward steps that launched
+    them tell decode work from a prefill's."""
     paged, ragged = "flashinfer::BatchPrefillWithPagedKVCacheKernel", "flashinfer::BatchPrefillWithRaggedKVCacheKernel"
-    events = [
+    return [
         host("user_annotation", f"step[{decode_step} bs=64]", 0, 50),
         host("cuda_runtime", "cudaGraphLaunch", 10, 5, correlation=1),
         launched(paged, 20, 100, correlation=1), launched("nvjet_gemm", 120, 80, correlation=1),  # one replay
@@ -852,12 +862,36 @@ def test_prefill_intervals_tell_steps_by_their_host_spans_on_any_backend(decode_
         host("cuda_runtime", "cudaGraphLaunch", 510, 5, correlation=5),
         launched(paged, 1200, 100, correlation=5),
     ]
+
+
+@pytest.mark.parametrize("decode_step", ["DECODE", "TARGET_VERIFY"])  # a plain server's, the gate's off step
+def test_prefill_intervals_tell_steps_by_their_host_spans_on_any_backend(decode_step) -> None:
+    events = steps_launched_from_the_host(decode_step)
     # From the first step's last kernel (ends at 200) to the next step's first (1200): 1 ms, GPU
     # busy in it 40 + 400 + 50 us.
     assert kernel_profile.prefill_intervals({"traceEvents": events}) == (
         [{"interval_ms": 1.0, "gpu_busy_ms": 0.49}], "step spans")
     without_host = [e for e in events if e["cat"] == "kernel"]
     assert kernel_profile.prefill_intervals(without_host) == ([], "kernel names")
+
+
+def test_prefill_pauses_say_where_the_host_was_while_the_gpu_waited_in_a_prefill() -> None:
+    events = steps_launched_from_the_host("TARGET_VERIFY") + [
+        host("user_annotation", "scheduler.process_batch_result", 600, 550),
+        host("cpu_op", "aten::cat", 900, 100),
+    ]
+    # The GPU pauses 200-210 and 250-300 (the prefill's step launching), 700-800 and 850-1200
+    # (results, then nothing open after 1150 until the next step's kernel); sampled every 10 us,
+    # a span's end included.
+    assert kernel_profile.prefill_pauses({"traceEvents": events}) == {"prefill_pauses": {
+        "prefills": 1, "idle_ms_per_prefill": pytest.approx(0.51), "host_ms_per_prefill": [
+            {"where": "scheduler.process_batch_result", "ms": pytest.approx(0.3)},
+            {"where": "scheduler.process_batch_result > aten::cat", "ms": pytest.approx(0.11)},
+            {"where": "step[EXTEND]", "ms": pytest.approx(0.06)},
+            {"where": "(no span)", "ms": pytest.approx(0.04)},
+        ]}}
+    kernels_only = [e for e in events if e["cat"] == "kernel"]
+    assert kernel_profile.prefill_pauses({"traceEvents": kernels_only}) == {}  # no host recorded
 
 
 def host(cat: str, name: str, ts: float, dur: float, correlation: int | None = None) -> dict:
@@ -916,6 +950,13 @@ def test_host_time_splits_each_span_into_working_and_waiting_on_the_gpu() -> Non
         {"span": "scheduler.process_batch_result", "working": pytest.approx(0.14), "waiting": pytest.approx(0.01)},
         {"span": "step[DECODE]", "working": pytest.approx(0.05), "waiting": 0.0},  # both batch sizes
     ]}
+
+
+def test_host_pace_is_the_median_length_of_each_call_both_servers_make() -> None:
+    trace = host_and_gpu_trace()  # one cudaLaunchKernel of 5 us, another of 5 us
+    trace["traceEvents"] += [host("cpu_op", "aten::view", ts, dur) for ts, dur in ((0, 1), (10, 3), (20, 2))]
+    trace["traceEvents"] += [kernel("aten::view", 30, 50)]  # GPU work of that name: not a host call
+    assert kernel_profile.host_pace(trace) == {"host_pace_us": {"aten::view": 2, "cudaLaunchKernel": 5}}
 
 
 def mixed_steps_trace() -> dict:
@@ -1004,12 +1045,19 @@ class StandInClient:
 def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, monkeypatch) -> None:
     """closed_level itself, on the CPU: the sweep's code names, records and summarizes the level."""
     run = stand_in_level_run(tmp_path, monkeypatch, "--repeat-levels", "2")
+    # The stand-in level lasts milliseconds, under the CPU clock's tick: the machine's CPU times
+    # are stood in for, a busy CPU second and 15 idle ones apart, none stolen.
+    cpu_times = collections.namedtuple("scputimes", "user system idle")
+    readings = iter([cpu_times(10.0, 1.0, 100.0), cpu_times(11.0, 1.0, 115.0)])
+    monkeypatch.setattr(sweep.server_processes, "machine_cpu_times", lambda: next(readings))
     sweep.closed_level(run, sweep.ServerConfig("plain", ()), StandInClient(), 16,
                        tmp_path / "prompts.jsonl", rep=2)
     assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
     [row] = report.load_jsonl(run.dir / "gate.jsonl")
     assert row["tag"] == "plain,c=16,rep=2" and row["max_concurrency"] == 16
     assert row["cpu_busy"] == {}  # no server process stood in (test_scheduler_sampling.py has one)
+    assert row["cpu_machine"]["steal_pct"] == 0 and row["cpu_machine"]["scheduler_rest"] == 0
+    assert row["cpu_machine"]["cores_busy"] > 0  # that busy second over the level's milliseconds
     assert row["ttft_split"] is None  # no --ttft-probe-interval
 
 
@@ -1304,6 +1352,21 @@ def test_report_tables_each_configurations_host_time_by_span(run_dir: Path) -> N
     assert "`scheduler.run_batch` | " in host
     row = next(line for line in host.splitlines() if line.startswith("| `scheduler.run_batch`"))
     assert sorted(row.strip("| ").split(" | ")[1:]) == ["0.18 (0.10)", "0.36 (0.19)"]
+
+
+def test_report_tables_how_fast_each_servers_host_ran_against_plains(run_dir: Path) -> None:
+    paces = {"plain": {"aten::view": 2.0, "aten::slice": 4.0, "aten::empty": 5.0, "cudaLaunchKernel": 8.0},
+             "gate-4": {"aten::view": 4.0, "aten::slice": 8.0, "aten::empty": 5.0, "cudaLaunchKernel": 8.0}}
+    for name, pace in paces.items():
+        trace = host_and_gpu_trace()
+        summary = (kernel_profile.summarize_trace(trace, steps=2) | kernel_profile.host_time(trace, steps=2)
+                   | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
+                      "host_pace_us": pace})
+        (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    pace = text[text.index("How fast each server's host ran"):]
+    assert "| gate-4 | 4.00 | 8.00 | 5.00 | 8.00 | 1.41 |" in pace  # twice as long in two of four: 2 ** 0.5
+    assert "| plain | 2.00 | 4.00 | 5.00 | 8.00 | 1.00 |" in pace
 
 
 def test_bursty_goodput(run_dir: Path) -> None:

@@ -8,6 +8,7 @@ as py-spy does (the real one needs ptrace rights and a Python process to trace).
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import subprocess
@@ -132,6 +133,24 @@ def test_the_busiest_threads_share_of_a_level() -> None:
     # Over 10 s: the scheduler's thread 1 spent 8 s; the tokenizer was first read after the level.
     assert server_processes.busiest_thread_share(before, after, 10.0) == {
         "scheduler": 0.8, "detokenizer": 0.2, "tokenizer": 0.4}
+
+
+def test_the_machines_cpu_over_a_level() -> None:
+    fields = "user nice system idle iowait irq softirq steal guest guest_nice"
+    times = collections.namedtuple("scputimes", fields)
+    before = times(100.0, 0.0, 20.0, 500.0, 5.0, 0.0, 1.0, 4.0, 10.0, 0.0)
+    # Over 10 s on 16 cores (160 CPU seconds): 30 user (the 10 guest within), 10 system,
+    # 2 softirq, 8 stolen, 110 idle or waiting on I/O.
+    after = times(130.0, 0.0, 30.0, 608.0, 7.0, 0.0, 3.0, 12.0, 20.0, 0.0)
+    threads_before = {"scheduler": {1: 10.0, 2: 1.0, 3: 0.5}}
+    threads_after = {"scheduler": {1: 20.0, 2: 3.0, 3: 1.5, 4: 0.5}}
+    assert server_processes.machine_share(before, after, threads_before, threads_after, 10.0) == {
+        "cores_busy": 4.2, "steal_pct": 5.0, "scheduler_rest": 0.35}
+    assert server_processes.machine_share(before, before, {}, {}, 10.0) == {}  # no time passed
+    first = server_processes.machine_cpu_times()  # this machine's, whatever fields its OS has
+    time.sleep(0.2)
+    later = server_processes.machine_cpu_times()
+    assert set(server_processes.machine_share(first, later, {}, {}, 0.2)) == set(server_processes.MACHINE_KEYS)
 
 
 def test_a_cpu_profiled_level_samples_its_servers_scheduler_and_tables_it(tmp_path, monkeypatch, launcher) -> None:
