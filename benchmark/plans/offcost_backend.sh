@@ -4,7 +4,8 @@
 # 16,32,64,128) are the sweep's concurrencies, and OFFCOST_PROFILE_LEVEL, where set, adds a
 # host-and-GPU trace of 200 forward steps at that concurrency: what each prefill cost the
 # decoding requests (kernel_profile.prefill_intervals, by the host's step spans) and where the
-# host's time went (kernel_profile.host_time, idle_causes).
+# host's time went (kernel_profile.host_time, idle_causes, prefill_pauses) and how fast it ran
+# (host_pace).
 # - The sweep: the gate at N = 9 against a plain server, C = 16 to 128, each level twice, 8B pair
 #   of accept length 2.2 (offcost.sh's sweep for one backend, without its profile).
 # - Run with the defaults on 085f297 (then named offcost_triton.sh):
@@ -15,13 +16,11 @@
 #   0.931-0.947x plain at C = 64 and 128, each prefill 2.5-6.6 ms dearer than plain's) and
 #   benchmark/results/2026-12-03-gpu-tests-204-requests-triton-final (866 s). FlashInfer needs the
 #   kit's wheel with CCCL (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit).
-# - Next: where FlashInfer's prefills lose those ms at C = 64 and 128, a trace at C = 128, in
-#   about 13 device minutes after install (the plain server's first start JIT-compiles, ~5 min):
-#   OFFCOST_BACKEND=flashinfer OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
-#   The profiler slows the gate more than plain (15 % against 9 % at C = 64), so read the two
-#   traces side by side, not as absolute figures. The same on Triton (+1-4 ms a prefill there),
-#   about 8 minutes on a warm host:
-#   OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
+# - Run on 819a7eb with OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0, on
+#   FlashInfer (OFFCOST_BACKEND=flashinfer, 759 s) and on Triton (530 s), two hosts:
+#   benchmark/results/2026-12-03-flashinfer-c128-traced (the gate's host ran every call 1.46x as
+#   long as plain's) and benchmark/results/2026-12-03-triton-c128-traced (hosts alike; the gate's
+#   host adds 2.5 ms a prefill). Next: host_pace.sh.
 backend=${OFFCOST_BACKEND:-triton}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 phase "$backend" python3 benchmark/sweep.py --run-dir "$RESULTS/$backend" \
