@@ -16,11 +16,12 @@
 #   0.931-0.947x plain at C = 64 and 128, each prefill 2.5-6.6 ms dearer than plain's) and
 #   benchmark/results/2026-12-03-gpu-tests-204-requests-triton-final (866 s). FlashInfer needs the
 #   kit's wheel with CCCL (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit).
-# - Run on 819a7eb with OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0, on
-#   FlashInfer (OFFCOST_BACKEND=flashinfer, 759 s) and on Triton (530 s), two hosts:
-#   benchmark/results/2026-12-03-flashinfer-c128-traced (the gate's host ran every call 1.46x as
-#   long as plain's) and benchmark/results/2026-12-03-triton-c128-traced (hosts alike; the gate's
-#   host adds 2.5 ms a prefill). Next: host_pace.sh.
+# - Run on 819a7eb, on two hosts, as
+#   OFFCOST_BACKEND=flashinfer OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
+#   OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
+#   benchmark/results/2026-12-03-flashinfer-c128-traced (759 s; the gate's host ran every call
+#   1.46x as long as plain's) and benchmark/results/2026-12-03-triton-c128-traced (530 s; hosts
+#   alike, the gate's host adds 2.5 ms a prefill). Next: host_pace.sh.
 backend=${OFFCOST_BACKEND:-triton}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 phase "$backend" python3 benchmark/sweep.py --run-dir "$RESULTS/$backend" \
