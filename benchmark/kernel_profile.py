@@ -134,6 +134,15 @@ def spans_by_thread(events: list[dict], cat: str, named=lambda name: True) -> di
     return {tid: HostSpans(s) for tid, s in by_tid.items()}
 
 
+def host_place(annotations: HostSpans | None, ops: HostSpans | None, t: float,
+               depth: int | None = None, kind=lambda name: name) -> str:
+    """Where one host thread was at ``t``: its open annotated spans, outermost first (the first
+    ``depth`` of them, each named by ``kind``), then its innermost op."""
+    phases = [kind(name) for name in annotations.open_at(t)][::-1][:depth] if annotations else []
+    op = next(ops.open_at(t), None) if ops else None
+    return " > ".join(phases + ([op] if op else [])) or "(no span)"
+
+
 def idle_causes(trace, steps: int) -> dict:
     """What the host was doing while the GPU sat idle, from a trace with CPU activity.
 
@@ -163,9 +172,7 @@ def idle_causes(trace, steps: int) -> dict:
     annotations, ops = spans_by_thread(events, "user_annotation"), spans_by_thread(events, "cpu_op")
 
     def where(tid, t: float) -> str:
-        phases = list(annotations[tid].open_at(t))[::-1] if tid in annotations else []
-        op = next(ops[tid].open_at(t), None) if tid in ops else None
-        return " > ".join(phases + ([op] if op else [])) or "(no span)"
+        return host_place(annotations.get(tid), ops.get(tid), t)
 
     idle_ms: Counter = Counter()
     pauses: Counter = Counter()
@@ -363,19 +370,13 @@ def prefill_pauses(trace: dict) -> dict:
     annotations = spans_by_thread(events, "user_annotation").get(tid)
     ops = spans_by_thread(events, "cpu_op").get(tid)
 
-    def where(t: float) -> str:
-        outermost_first = [span_kind(name) for name in annotations.open_at(t)][::-1] if annotations else []
-        phases = outermost_first[:PAUSE_SPAN_DEPTH]
-        op = next(ops.open_at(t), None) if ops else None
-        return " > ".join(phases + ([op] if op else [])) or "(no span)"
-
     sampled: Counter = Counter()
     idle_us = 0.0
     for before, after in bounds:
         for start, _, resumed in gpu_pauses(work[before:after + 1]):
             idle_us += resumed["ts"] - start
             for t in range(int(start), int(resumed["ts"]), PAUSE_SAMPLE_US):
-                sampled[where(t)] += PAUSE_SAMPLE_US
+                sampled[host_place(annotations, ops, t, PAUSE_SPAN_DEPTH, span_kind)] += PAUSE_SAMPLE_US
     per_prefill = len(bounds) * 1e3
     return {"prefill_pauses": {
         "prefills": len(bounds), "idle_ms_per_prefill": idle_us / per_prefill,
