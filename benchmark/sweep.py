@@ -1017,8 +1017,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="record the host in every profile too (CPU activity: ops, CUDA calls, "
                         "SGLang's scheduler spans) and say, for each pause of the GPU, what the "
                         "host was doing: held by a wait on the GPU, or late "
-                        "(kernel_profile.idle_causes), where its time went (host_time) and "
-                        "how fast it ran (host_pace); recording slows the host, so these "
+                        "(kernel_profile.idle_causes), where its time went (host_time), how "
+                        "fast it ran (host_pace) and where it was while the GPU paused in "
+                        "prefills (prefill_pauses); recording slows the host, so these "
                         "profiles' busy figures read lower than GPU-only ones")
     p.add_argument("--cpu-profile-level", type=int, metavar="C",
                    help="after each server's measured levels, run its closed level at concurrency "
