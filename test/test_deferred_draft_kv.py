@@ -239,7 +239,7 @@ def test_prompt_rows_wait_for_the_plain_steps_after_the_prefill():
     # The first step found 14 rows and wrote the oldest 8; the second found 7.
     assert [r["out_cache_loc"][:8].tolist() for r in runner.replays] == [[10, 60, 61, 62, 63, 64, 65, 66]]
     assert deferred.rows == 7
-    deferred.write_all()  # the rest, moved to the front in order
+    deferred.write_all()  # the rest, in order
     assert runner.replays[1]["out_cache_loc"][:7].tolist() == [67, 68, 69, 70, 71, 20, 21]
 
 
@@ -253,7 +253,7 @@ def test_a_prompt_longer_than_the_buffer_is_written_as_it_fills():
     assert [r["out_cache_loc"][:8].tolist() for r in runner.replays] == [
         [10, 60, 61, 62, 63, 64, 65, 66], list(range(67, 75))]
     assert deferred.rows == 25  # 99, the last slot, among them
-    deferred.write_all()  # the rows left, moved to the front in order, every column with them
+    deferred.write_all()  # the rows left, moved to the front as the buffer filled, every column with them
     assert [r["out_cache_loc"][: r["metadata"].batch_size].tolist() for r in runner.replays[2:]] == [
         list(range(75, 83)), list(range(83, 91)), list(range(91, 99)), [99]]
     assert torch.equal(runner.replays[2]["hidden_states"], prefill.hidden[15:23])
@@ -291,6 +291,29 @@ def test_a_plain_step_writes_the_oldest_replay_once_that_many_are_buffered():
     [replay] = runner.replays
     assert replay["bucket"] == 8 and replay["out_cache_loc"].tolist() == list(range(30, 38))
     assert deferred.rows == 1
+
+
+def test_rows_left_by_a_write_stay_in_place_until_the_buffer_fills():
+    # Moving them to the front after every write cost copies and host calls each write
+    # (2026-12-03-flashinfer-c128-start-order); they move once the columns' end is reached.
+    runner = one_token_runner()  # 8 rows a replay, 32 buffered
+    deferred = DeferredDraftKV(runner)
+    reqs = requests(*range(1, 6))
+    locs = iter(range(30, 200, 5))
+    for i in range(2):  # 10 rows: the second step writes the oldest 8
+        assert deferred.defer(*Step(reqs, 20 + i, next(locs), i).args)
+    assert (deferred.start, deferred.rows) == (8, 2)
+    assert deferred.out_cache_loc[8:10].tolist() == [38, 39]  # where they were buffered
+    moved = 0
+    for i in range(2, 14):
+        start = deferred.start
+        assert deferred.defer(*Step(reqs, 20 + i, next(locs), i).args)
+        moved += deferred.start < start and deferred.rows > 0
+    assert moved  # the rows reached the end at least once, and went to the front
+    deferred.write_all()
+    assert (deferred.start, deferred.rows) == (0, 0)
+    written = [loc for r in runner.replays for loc in r["out_cache_loc"].tolist() if loc]  # 0: padding
+    assert written == list(range(30, 100))  # every row once, oldest first
 
 
 def test_a_step_wider_than_the_graph_is_not_buffered():

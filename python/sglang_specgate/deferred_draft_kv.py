@@ -191,7 +191,9 @@ class DeferredDraftKV:
         kv_pool = runner.model_runner.token_to_kv_pool
         self.last_row_of_slot = torch.full((kv_pool.size + kv_pool.page_size,), -1, dtype=torch.int64, device=device)
         self.device_module = torch.get_device_module(device)
-        self.rows = 0  # buffered, not yet written: rows [0, rows) of the columns, oldest first
+        # Buffered, not yet written: rows [start, start + rows) of the columns, oldest first.
+        self.start = 0
+        self.rows = 0
         self.rows_written = 0
         self.writes = 0
         self.prompt_rows = 0  # of those buffered, the rows of prefills while off
@@ -264,9 +266,12 @@ class DeferredDraftKV:
         while done < n:
             if self.rows == self.capacity:
                 self._write_oldest(self.write_rows)
-            take = min(n - done, self.capacity - self.rows)
+            if self.start + self.rows == self.capacity:
+                self._move_to_front()
+            end = self.start + self.rows
+            take = min(n - done, self.capacity - end)
             for name, values in columns.items():
-                getattr(self, name)[self.rows : self.rows + take].copy_(values[done : done + take])
+                getattr(self, name)[end : end + take].copy_(values[done : done + take])
             self.rows += take
             done += take
 
@@ -278,19 +283,20 @@ class DeferredDraftKV:
     @profile_method(WRITE_SPAN)
     def _write_oldest(self, n: int) -> None:
         """Write the ``n`` oldest buffered rows' draft KV in one replay of the one-token graph."""
-        self._latest_row_per_slot(n)
-        positions = self.positions[:n]
+        oldest = slice(self.start, self.start + n)
+        self._latest_row_per_slot(oldest)
+        positions = self.positions[oldest]
         forward_batch = ForwardBatch(
             forward_mode=ForwardMode.DRAFT_EXTEND_V2,
             batch_size=n,
-            input_ids=self.input_ids[:n],
-            req_pool_indices=self.req_pool_indices[:n],
+            input_ids=self.input_ids[oldest],
+            req_pool_indices=self.req_pool_indices[oldest],
             seq_lens=positions + ONE_TOKEN,  # the length after the row's write, as upstream
-            out_cache_loc=self.out_cache_loc[:n],
+            out_cache_loc=self.out_cache_loc[oldest],
             seq_lens_sum=None,
             positions=positions,
             spec_info=EagleDraftExtendInput(
-                hidden_states=self.hidden_states[:n],
+                hidden_states=self.hidden_states[oldest],
                 num_correct_drafts=self.no_correct_drafts[:n],
                 num_accept_tokens=self.one_accepted_token[:n],
                 num_tokens_per_req=ONE_TOKEN,
@@ -306,26 +312,28 @@ class DeferredDraftKV:
         self.runner.model_runner.war_fastpath_read_done_event = read_done
         self.rows_written += n
         self.writes += 1
-        self._drop_oldest(n)
+        self.rows -= n
+        self.start = self.start + n if self.rows else 0
 
-    def _drop_oldest(self, n: int) -> None:
-        """Move the rows after the ``n`` written ones to the front, in stream order after the
-        replay's copies of them."""
-        left = self.rows - n
-        if left:
-            for column in (self.input_ids, self.positions, self.out_cache_loc, self.req_pool_indices,
-                           self.hidden_states):
-                rest = column[n : n + left]
-                column[:left].copy_(rest.clone() if left > n else rest)  # overlapping ranges
-        self.rows = left
+    def _move_to_front(self) -> None:
+        """Move the buffered rows to the front once they reach the columns' end, in stream order
+        after the replays' copies of them. Moved after every write instead, the rows left
+        cost copies of up to three replays' hidden states and about 20 host calls a write
+        (0.535 writes a step at C = 128; benchmark/results/2026-12-03-flashinfer-c128-start-order)."""
+        rows = slice(self.start, self.start + self.rows)
+        for column in (self.input_ids, self.positions, self.out_cache_loc, self.req_pool_indices,
+                       self.hidden_states):
+            rest = column[rows]
+            column[: self.rows].copy_(rest.clone() if self.rows > self.start else rest)  # overlapping ranges
+        self.start = 0
 
-    def _latest_row_per_slot(self, n: int) -> None:
+    def _latest_row_per_slot(self, oldest: slice) -> None:
         """Send every row of this write whose slot a later row of it holds to the padding slot,
         on the GPU, without a sync. Rows are numbered across writes, so what earlier writes
         left in ``last_row_of_slot`` is below every number here; a later row left buffered is
         written by a later replay, after this one in stream order."""
-        slots = self.out_cache_loc[:n]
-        numbers = self.row_numbers[:n] + self.rows_written
+        slots = self.out_cache_loc[oldest]
+        numbers = self.row_numbers[: oldest.stop - oldest.start] + self.rows_written
         self.last_row_of_slot.scatter_reduce_(0, slots, numbers, reduce="amax")
         slots.masked_fill_(self.last_row_of_slot[slots] != numbers, PADDING_SLOT)
 
