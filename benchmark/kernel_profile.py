@@ -249,6 +249,34 @@ def host_pace(trace) -> dict:
     return {"host_pace_us": {name: statistics.median(d) for name, d in durations.items() if d}}
 
 
+STEP_SPAN = "scheduler.run_batch"  # the scheduler's span around each forward step it launches
+
+
+def host_calls_per_step(trace) -> dict:
+    """Per kind of forward step (``span_kind`` of the ``step[...]`` span inside each
+    STEP_SPAN): how many host calls (torch ops, nested ones included, and CUDA runtime and
+    driver calls) the scheduler made in that span, and how long it held the host, medians over
+    the trace, from a trace with CPU activity. Unlike host time, the count does not depend on
+    how fast the host ran: in one FlashInfer A/B the gate's off step made 3.1x the calls of
+    plain's decode step on either host (benchmark/results/2026-12-03-flashinfer-c128-start-order)."""
+    events = events_of(trace)
+    annotations = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X" and "dur" in e]
+    calls = sorted((e["tid"], e["ts"]) for e in events
+                   if e.get("cat") in ("cpu_op", *HOST_CALLS) and e.get("ph") == "X")
+    steps = sorted((e["tid"], e["ts"], span_kind(e["name"])) for e in annotations if e["name"].startswith("step["))
+    by_kind: dict = {}
+    for span in (e for e in annotations if e["name"] == STEP_SPAN):
+        first, last = (span["tid"], span["ts"]), (span["tid"], span["ts"] + span["dur"])
+        inner = steps[bisect.bisect_left(steps, first):bisect.bisect_right(steps, (*last, "~"))]
+        if inner:
+            count = bisect.bisect_right(calls, last) - bisect.bisect_left(calls, first)
+            by_kind.setdefault(inner[0][2], []).append((count, span["dur"] / 1e3))
+    return {"host_calls_per_step": [
+        {"step": kind, "steps": len(seen), "calls": statistics.median(c for c, _ in seen),
+         "host_ms": statistics.median(ms for _, ms in seen)}
+        for kind, seen in sorted(by_kind.items(), key=lambda item: -len(item[1]))]}
+
+
 def summarize_trace(trace: dict, steps: int) -> dict:
     """Per-kernel GPU time (ms) of a Chrome trace as written by the torch profiler."""
     kernels = [e for e in events_of(trace) if e.get("cat") == "kernel" and "dur" in e]
@@ -407,13 +435,15 @@ def summary_line(summary: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description="What each prefill of a profiled trace cost "
                                      "(prefill_intervals) and, where it holds the host, how fast "
-                                     "the host ran (host_pace) and where it was while the GPU "
-                                     "paused in prefills (prefill_pauses), one JSON line per trace.")
+                                     "the host ran (host_pace), how many host calls each kind of "
+                                     "step made (host_calls_per_step) and where the host was while "
+                                     "the GPU paused in prefills (prefill_pauses), one JSON line "
+                                     "per trace.")
     parser.add_argument("traces", type=Path, nargs="+", help="*.trace.json.gz from /start_profile")
     for path in parser.parse_args().traces:
         trace = read_trace(path)
         print(json.dumps({"trace": str(path), **prefill_interval_summary(trace), **host_pace(trace),
-                          **prefill_pauses(trace)}))
+                          **host_calls_per_step(trace), **prefill_pauses(trace)}))
 
 
 if __name__ == "__main__":

@@ -418,6 +418,14 @@ def host_pace_table(profiles: dict[str, dict]) -> Optional[str]:
     return md_table(["config", *(f"`{call}` µs" for call in kernel_profile.PACE_CALLS), "vs plain"], rows)
 
 
+def host_calls_table(profiles: dict[str, dict]) -> Optional[str]:
+    """With --profile-host: per configuration and kind of forward step, the host calls the
+    scheduler made around one and how long it held the host, medians."""
+    rows = [[name, f"`{s['step']}`", str(s["steps"]), fmt(s["calls"], 0), fmt(s["host_ms"], 2)]
+            for name, p in profiles.items() for s in p.get("host_calls_per_step") or ()]
+    return md_table(["config", "step", "steps", "host calls", "host ms"], rows) if rows else None
+
+
 def prefill_interval_table(profiles: dict[str, dict]) -> str:
     plain = (profiles.get("plain") or {}).get("prefill_intervals")
     rows = []
@@ -572,6 +580,13 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                       "geometric mean against plain's. Where it is well above 1.00, that server's "
                       "host ran slower (a busier or slower core), and its host-bound gaps and host "
                       "time above say so rather than what its code costs.", pace]
+        calls = host_calls_table(res.profiles["level"])
+        if calls:
+            parts += ["What a forward step cost the host: the host calls (torch ops, nested ones "
+                      "included, and CUDA calls) in each `scheduler.run_batch` holding a step of "
+                      "that kind, and how long it held the host, medians "
+                      "(`kernel_profile.host_calls_per_step`). The count does not depend on how "
+                      "fast the host ran; the time does, and is recorded, as above.", calls]
     if "prefill" in res.profiles:
         parts += ["## Prefill wave profile (`--profile-prefill`)",
                   profile_table(res.profiles["prefill"], "wave", with_busy=False),

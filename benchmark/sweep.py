@@ -729,6 +729,7 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
         summary.update(kernel_profile.idle_causes(events, steps))
         summary.update(kernel_profile.host_time(events, steps))
         summary.update(kernel_profile.host_pace(events))
+        summary.update(kernel_profile.host_calls_per_step(events))
         summary.update(kernel_profile.prefill_pauses(events))
     stem = "profile" if phase == "decode" else f"profile-{phase}"
     (run.dir / f"{stem}-{config.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -1018,7 +1019,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "SGLang's scheduler spans) and say, for each pause of the GPU, what the "
                         "host was doing: held by a wait on the GPU, or late "
                         "(kernel_profile.idle_causes), where its time went (host_time), how "
-                        "fast it ran (host_pace) and where it was while the GPU paused in "
+                        "fast it ran (host_pace), how many host calls each kind of step made "
+                        "(host_calls_per_step) and where it was while the GPU paused in "
                         "prefills (prefill_pauses); recording slows the host, so these "
                         "profiles' busy figures read lower than GPU-only ones")
     p.add_argument("--cpu-profile-level", type=int, metavar="C",

@@ -836,7 +836,7 @@ def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_pat
     kernel_profile.main()
     assert json.loads(capsys.readouterr().out) == {
         "trace": str(path), "prefills": 1, "median_interval_ms": 2.0, "median_gpu_busy_ms": 0.7,
-        "steps_told_by": "kernel names", "host_pace_us": {}}  # a trace without the host
+        "steps_told_by": "kernel names", "host_pace_us": {}, "host_calls_per_step": []}  # a trace without the host
     with pytest.raises(ValueError, match=r"no prefill between two decode steps \(told apart by kernel names\)"):
         kernel_profile.prefill_interval_summary({"traceEvents": trace["traceEvents"][:3]})
 
@@ -957,6 +957,28 @@ def test_host_pace_is_the_median_length_of_each_call_both_servers_make() -> None
     trace["traceEvents"] += [host("cpu_op", "aten::view", ts, dur) for ts, dur in ((0, 1), (10, 3), (20, 2))]
     trace["traceEvents"] += [kernel("aten::view", 30, 50)]  # GPU work of that name: not a host call
     assert kernel_profile.host_pace(trace) == {"host_pace_us": {"aten::view": 2, "cudaLaunchKernel": 5}}
+
+
+def test_host_calls_per_step_counts_the_calls_around_each_kind_of_step() -> None:
+    trace = host_and_gpu_trace()  # run_batch 0-550: two launches, a copy, its sync, another sync, an add
+    trace["traceEvents"] += [
+        host("user_annotation", "step[DECODE bs=16]", 20, 40),
+        host("user_annotation", "scheduler.run_batch", 1000, 100),
+        host("user_annotation", "step[DECODE bs=15]", 1010, 60),
+        host("cpu_op", "aten::to", 1020, 10), host("cpu_op", "aten::copy_", 1022, 5),  # nested: both
+        host("user_annotation", "scheduler.run_batch", 2000, 300),
+        host("user_annotation", "step[EXTEND bs=2 toks=40]", 2010, 200),
+        host("cpu_op", "aten::empty", 2300, 1),  # at the span's end: inside
+        host("user_annotation", "scheduler.run_batch", 3000, 50),  # no step in it: not counted
+        host("cpu_op", "aten::view", 3010, 1),
+    ]
+    other_thread = host("cpu_op", "aten::view", 1030, 1) | {"tid": 2}
+    trace["traceEvents"].append(other_thread)
+    assert kernel_profile.host_calls_per_step(trace) == {"host_calls_per_step": [
+        {"step": "step[DECODE]", "steps": 2, "calls": 4, "host_ms": pytest.approx(0.325)},  # 6 and 2
+        {"step": "step[EXTEND]", "steps": 1, "calls": 1, "host_ms": pytest.approx(0.3)},
+    ]}
+    assert kernel_profile.host_calls_per_step({"traceEvents": [kernel("gemm", 0, 5)]}) == {"host_calls_per_step": []}
 
 
 def mixed_steps_trace() -> dict:
@@ -1367,6 +1389,23 @@ def test_report_tables_how_fast_each_servers_host_ran_against_plains(run_dir: Pa
     pace = text[text.index("How fast each server's host ran"):]
     assert "| gate-4 | 4.00 | 8.00 | 5.00 | 8.00 | 1.41 |" in pace  # twice as long in two of four: 2 ** 0.5
     assert "| plain | 2.00 | 4.00 | 5.00 | 8.00 | 1.00 |" in pace
+
+
+def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> None:
+    steps = {"plain": [{"step": "step[DECODE]", "steps": 152, "calls": 180.0, "host_ms": 4.19}],
+             "gate-4": [{"step": "step[TARGET_VERIFY]", "steps": 144, "calls": 567.5, "host_ms": 8.04},
+                        {"step": "step[EXTEND]", "steps": 56, "calls": 2870.5, "host_ms": 30.57}]}
+    for name, per_step in steps.items():
+        trace = host_and_gpu_trace()
+        summary = (kernel_profile.summarize_trace(trace, steps=2)
+                   | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
+                      "host_calls_per_step": per_step})
+        (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    calls = text[text.index("What a forward step cost the host"):]
+    assert "| gate-4 | `step[TARGET_VERIFY]` | 144 | 568 | 8.04 |" in calls
+    assert "| gate-4 | `step[EXTEND]` | 56 | 2,870 | 30.57 |" in calls
+    assert "| plain | `step[DECODE]` | 152 | 180 | 4.19 |" in calls
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
