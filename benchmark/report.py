@@ -483,6 +483,14 @@ LEVEL_SECTIONS = (
                  "scheduler's own thread reads busy whether it computes or waits on the GPU, so "
                  "these say whether a server shared a slower or busier host. In brackets: against "
                  "plain at that C."),
+    LevelSection("cpu_placement", server_processes.PLACEMENT_KEYS,
+                 ["CPUs the scheduler ran on", "its core's other thread busy", "NUMA nodes"], 2,
+                 "## Where each scheduler ran",
+                 "Sampled every 0.5 s through the level (`server_processes.placement`): how many "
+                 "CPUs the scheduler's event loop was seen on; how busy the other hardware thread "
+                 "of its core was (the busiest one, averaged over the samples; absent without SMT), "
+                 "which slows every host call the scheduler makes; the machine's NUMA nodes. In "
+                 "brackets: against plain at that C."),
 )
 
 

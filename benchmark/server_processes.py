@@ -15,6 +15,9 @@ process, unlike py-spy, so every measured level can carry it.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from pathlib import Path
 from typing import Optional
 
 import psutil
@@ -94,9 +97,9 @@ MACHINE_GUEST = ("guest", "guest_nice")  # Linux counts them in user and nice al
 MACHINE_KEYS = ("cores_busy", "steal_pct", "scheduler_rest")  # machine_share's
 
 
-def machine_cpu_times():
-    """The machine's CPU times so far, all cores together."""
-    return psutil.cpu_times()
+def machine_cpu_times(per_cpu: bool = False):
+    """The machine's CPU times so far, all cores together or a list of each one's."""
+    return psutil.cpu_times(percpu=per_cpu)
 
 
 def machine_share(before, after, threads_before: ThreadTimes, threads_after: ThreadTimes,
@@ -115,3 +118,96 @@ def machine_share(before, after, threads_before: ThreadTimes, threads_after: Thr
     return {"cores_busy": round((total - idle - steal) / seconds, 2),
             "steal_pct": round(100 * steal / total, 2),
             "scheduler_rest": round(sum(scheduler[1:]) / seconds, 3)}
+
+
+# Why placement too: in one FlashInfer A/B with each server started first once, the server
+# started second ran every host call 1.23-1.28x as long, whichever it was, on a machine whose
+# busy cores and steal did not change (benchmark/results/2026-12-03-flashinfer-c128-start-order).
+# A scheduler thread sharing its core's other hardware thread with a busy one (the client, the
+# tokenizer) or running away from its memory's NUMA node would do that, and it is settled per start.
+PLACEMENT_KEYS = ("scheduler_cpus", "sibling_busy", "numa_nodes")  # placement's
+PLACEMENT_SAMPLE_S = 0.5
+SYS_CPU = Path("/sys/devices/system/cpu")
+SYS_NODE = Path("/sys/devices/system/node")
+
+
+def cpu_list(text: str) -> list[int]:
+    """The CPUs of a sysfs list such as "0-3,8,10-11"."""
+    cpus = []
+    for part in text.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cpus += range(int(first), int(last or first) + 1)
+    return cpus
+
+
+def smt_siblings(sys_cpu: Path = SYS_CPU) -> dict[int, list[int]]:
+    """CPU -> the other hardware threads of its core (none without SMT)."""
+    siblings = {}
+    for path in sys_cpu.glob("cpu[0-9]*/topology/thread_siblings_list"):
+        cpu = int(path.parent.parent.name[3:])
+        siblings[cpu] = [other for other in cpu_list(path.read_text()) if other != cpu]
+    return siblings
+
+
+def numa_node_count(sys_node: Path = SYS_NODE) -> int:
+    return max(len(list(sys_node.glob("node[0-9]*"))), 1)
+
+
+def thread_cpu(pid: int, tid: int) -> Optional[int]:
+    """The CPU a thread last ran on (field 39 of /proc/PID/task/TID/stat), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[36])  # fields from the 3rd on, after the name
+
+
+@contextlib.contextmanager
+def watch_cpu(pid: Optional[int], every_s: float = PLACEMENT_SAMPLE_S):
+    """Yields a list that fills, every ``every_s`` while the block runs, with the CPU the main
+    thread of process ``pid`` (a scheduler's event loop) last ran on."""
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every_s):
+            cpu = thread_cpu(pid, pid)
+            if cpu is not None:
+                seen.append(cpu)
+
+    sampler = threading.Thread(target=sample, daemon=True) if pid else None
+    if sampler:
+        sampler.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        if sampler:
+            sampler.join()
+
+
+def busy_per_cpu(before, after) -> list[float]:
+    """Per CPU, the share of its time between two ``machine_cpu_times(per_cpu=True)`` reads
+    that it ran something (steal and idle apart)."""
+    shares = []
+    for old, new in zip(before, after):
+        spent = {name: getattr(new, name) - getattr(old, name) for name in new._fields if name not in MACHINE_GUEST}
+        total = sum(spent.values())
+        idle = sum(spent.get(name, 0.0) for name in (*MACHINE_IDLE, "steal"))
+        shares.append((total - idle) / total if total > 0 else 0.0)
+    return shares
+
+
+def placement(per_cpu_before, per_cpu_after, scheduler_cpus: list[int], siblings: dict[int, list[int]],
+              numa_nodes: int) -> dict:
+    """Over a level: how many CPUs the scheduler's event loop was seen on; how busy the other
+    hardware threads of its core were, each sample's busiest, averaged over the samples (absent
+    without SMT); and the machine's NUMA nodes."""
+    if not scheduler_cpus:
+        return {}
+    busy = busy_per_cpu(per_cpu_before, per_cpu_after)
+    shared = [max(busy[s] for s in siblings[cpu]) for cpu in scheduler_cpus if siblings.get(cpu)]
+    return {"scheduler_cpus": len(set(scheduler_cpus)),
+            **({"sibling_busy": round(sum(shared) / len(shared), 2)} if shared else {}),
+            "numa_nodes": numa_nodes}

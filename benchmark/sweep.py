@@ -514,9 +514,10 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     log_offset = server_log.stat().st_size
     server = run.server_procs.get(config.name)
     pids = server_processes.server_processes(server.pid) if server else {}
-    machine_before = server_processes.machine_cpu_times()
+    machine_before, per_cpu_before = (server_processes.machine_cpu_times(),
+                                      server_processes.machine_cpu_times(per_cpu=True))
     threads_before, started = server_processes.thread_cpu_seconds(pids), time.monotonic()
-    with level_probe(run, url, dataset) as probe:
+    with level_probe(run, url, dataset) as probe, server_processes.watch_cpu(pids.get("scheduler")) as where:
         exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:
         run.fail(f"{tag} (see logs/{log})")
@@ -525,6 +526,9 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     cpu_busy = server_processes.busiest_thread_share(threads_before, threads_after, seconds)
     cpu_machine = server_processes.machine_share(machine_before, server_processes.machine_cpu_times(),
                                                  threads_before, threads_after, seconds)
+    cpu_placement = server_processes.placement(per_cpu_before, server_processes.machine_cpu_times(per_cpu=True),
+                                               where, server_processes.smt_siblings(),
+                                               server_processes.numa_node_count())
     after = gate_snapshot(url)
     server_lines = decode_log.read_from(server_log, log_offset)
     stages = (ttft_stages.mean_ms(stages_before, stage_totals(run, url))
@@ -532,7 +536,7 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     run.gate_row(tag, config.name, before, after, max_concurrency=c,
                  steady_decode=decode_log.steady_throughput(server_lines, c),
                  prefills=decode_log.prefill_batches(server_lines), ttft_stages=stages,
-                 cpu_busy=cpu_busy, cpu_machine=cpu_machine,
+                 cpu_busy=cpu_busy, cpu_machine=cpu_machine, cpu_placement=cpu_placement,
                  ttft_split=probe.summary() if probe else None)
     print(summary_line(run.dir / "raw.jsonl", gate_delta(before, after)), flush=True)
 

@@ -475,6 +475,7 @@ def run_dir(tmp_path: Path) -> Path:
          "ttft_stages": {"queue": 12.0, "prefill": 45.0, "ttft": 60.0} if c == 16 else None,
          "cpu_busy": {"tokenizer": 0.9, "scheduler": 0.75, "detokenizer": 0.3} if c == 16 else {},
          "cpu_machine": {"cores_busy": 5.5, "steal_pct": 0.0, "scheduler_rest": 0.2} if c == 16 else {},
+         "cpu_placement": {"scheduler_cpus": 2, "sibling_busy": 0.6, "numa_nodes": 1} if c == 16 else {},
          "ttft_split": {"probes": 9, "tokenize": 2.0, "to_scheduler": 150.0, "queue": 10.0,
                         "prefill": 40.0, "back": 30.0} if c == 16 else None}
         for c in GATE
@@ -486,6 +487,7 @@ def run_dir(tmp_path: Path) -> Path:
           "ttft_stages": {"queue": 12.0, "prefill": 30.0, "ttft": None},
           "cpu_busy": {"tokenizer": 0.45, "scheduler": 0.75},
           "cpu_machine": {"cores_busy": 5.0, "steal_pct": 1.5, "scheduler_rest": 0.1},
+          "cpu_placement": {"scheduler_cpus": 1, "numa_nodes": 1},  # no SMT sibling
           "ttft_split": {"probes": 9, "tokenize": 2.0, "to_scheduler": 50.0, "queue": 10.0,
                          "prefill": 40.0, "back": 30.0}}
     ] + [{"tag": "gate-4,bursty", "config": "gate-4", "scenario": "bursty", "before": {},
@@ -556,6 +558,13 @@ def test_report_shows_the_machines_cpu_against_plain(run_dir: Path) -> None:
     section = text.split("## The machine's CPU over each level")[1]
     assert "| plain | 16 | 5.00 | 1.50 | 0.10 |" in section
     assert "| gate-4 | 16 | 5.50 (1.10×) | 0.00 | 0.20 (2.00×) |" in section  # no steal: no ratio
+
+
+def test_report_shows_where_each_scheduler_ran(run_dir: Path) -> None:
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    section = text.split("## Where each scheduler ran")[1]
+    assert "| plain | 16 | 1.00 | – | 1.00 |" in section
+    assert "| gate-4 | 16 | 2.00 (2.00×) | 0.60 | 1.00 (1.00×) |" in section
 
 
 def test_report_shows_the_probes_ttft_split_against_plain(run_dir: Path) -> None:
@@ -1071,7 +1080,9 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     # are stood in for, a busy CPU second and 15 idle ones apart, none stolen.
     cpu_times = collections.namedtuple("scputimes", "user system idle")
     readings = iter([cpu_times(10.0, 1.0, 100.0), cpu_times(11.0, 1.0, 115.0)])
-    monkeypatch.setattr(sweep.server_processes, "machine_cpu_times", lambda: next(readings))
+    each_cpu = [cpu_times(5.0, 0.5, 50.0)] * 2
+    monkeypatch.setattr(sweep.server_processes, "machine_cpu_times",
+                        lambda per_cpu=False: each_cpu if per_cpu else next(readings))
     sweep.closed_level(run, sweep.ServerConfig("plain", ()), StandInClient(), 16,
                        tmp_path / "prompts.jsonl", rep=2)
     assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
@@ -1080,6 +1091,7 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     assert row["cpu_busy"] == {}  # no server process stood in (test_scheduler_sampling.py has one)
     assert row["cpu_machine"]["steal_pct"] == 0 and row["cpu_machine"]["scheduler_rest"] == 0
     assert row["cpu_machine"]["cores_busy"] > 0  # that busy second over the level's milliseconds
+    assert row["cpu_placement"] == {}  # no scheduler to watch
     assert row["ttft_split"] is None  # no --ttft-probe-interval
 
 

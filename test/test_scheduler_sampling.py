@@ -153,6 +153,50 @@ def test_the_machines_cpu_over_a_level() -> None:
     assert set(server_processes.machine_share(first, later, {}, {}, 0.2)) == set(server_processes.MACHINE_KEYS)
 
 
+def test_cpu_topology_from_sysfs(tmp_path) -> None:
+    assert server_processes.cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    for cpu, siblings in ((0, "0,2"), (2, "0,2"), (1, "1"), (3, "3")):  # one core with SMT
+        topology = tmp_path / "cpu" / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "thread_siblings_list").write_text(siblings + "\n")
+    (tmp_path / "cpu" / "cpufreq").mkdir()  # not a CPU
+    assert server_processes.smt_siblings(tmp_path / "cpu") == {0: [2], 2: [0], 1: [], 3: []}
+    for node in ("node0", "node1", "possible"):
+        (tmp_path / "node" / node).mkdir(parents=True)
+    assert server_processes.numa_node_count(tmp_path / "node") == 2
+    assert server_processes.numa_node_count(tmp_path / "none") == 1  # no NUMA in sysfs: one node
+    assert isinstance(server_processes.smt_siblings(), dict)  # this machine's, read alike
+
+
+def test_watching_which_cpu_a_process_runs_on() -> None:
+    cpus = set(range(psutil.cpu_count()))
+    assert server_processes.thread_cpu(os.getpid(), os.getpid()) in cpus
+    assert server_processes.thread_cpu(os.getpid(), 2**22 + 1) is None  # no such thread
+    with server_processes.watch_cpu(os.getpid(), every_s=0.01) as seen:
+        time.sleep(0.2)
+    assert seen and set(seen) <= cpus
+    with server_processes.watch_cpu(None, every_s=0.01) as nothing:
+        time.sleep(0.05)
+    assert nothing == []
+
+
+def test_where_the_scheduler_ran_over_a_level() -> None:
+    times = collections.namedtuple("scputimes", "user system idle steal")
+    before = [times(0.0, 0.0, 0.0, 0.0)] * 4
+    # Over the level: CPU 0 busy throughout, CPU 2 (its core's other thread) 60 %, CPU 1 idle,
+    # CPU 3 half stolen and half idle.
+    after = [times(9.0, 1.0, 0.0, 0.0), times(0.0, 0.0, 10.0, 0.0), times(5.0, 1.0, 4.0, 0.0),
+             times(0.0, 0.0, 5.0, 5.0)]
+    siblings = {0: [2], 2: [0], 1: [], 3: []}
+    # The scheduler seen on CPU 0 three times and CPU 1 once: its sibling's 60 % over the
+    # samples on a core with one.
+    assert server_processes.placement(before, after, [0, 0, 1, 0], siblings, 1) == {
+        "scheduler_cpus": 2, "sibling_busy": 0.6, "numa_nodes": 1}
+    assert server_processes.placement(before, after, [1, 3], siblings, 2) == {"scheduler_cpus": 2, "numa_nodes": 2}
+    assert server_processes.placement(before, after, [], siblings, 1) == {}  # never seen
+    assert set(server_processes.placement(before, after, [0], siblings, 1)) == set(server_processes.PLACEMENT_KEYS)
+
+
 def test_a_cpu_profiled_level_samples_its_servers_scheduler_and_tables_it(tmp_path, monkeypatch, launcher) -> None:
     proc, (_, _, tp0) = launcher
     run = sampling_run(tmp_path, monkeypatch)
