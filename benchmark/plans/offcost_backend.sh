@@ -21,7 +21,7 @@
 #   OFFCOST_LEVELS=64,128 OFFCOST_PROFILE_LEVEL=128 SPECGATE_GPU_BURSTS=0 bash benchmark/gpu_job.sh start benchmark/plans/offcost_backend.sh 560
 #   benchmark/results/2026-12-03-flashinfer-c128-traced (759 s; the gate's host ran every call
 #   1.46x as long as plain's) and benchmark/results/2026-12-03-triton-c128-traced (530 s; hosts
-#   alike, the gate's host adds 2.5 ms a prefill). Next: host_pace.sh.
+#   alike, the gate's host adds 2.5 ms a prefill). Next: start_order.sh.
 backend=${OFFCOST_BACKEND:-triton}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 phase "$backend" python3 benchmark/sweep.py --run-dir "$RESULTS/$backend" \

@@ -1,0 +1,33 @@
+# The gate against plain with each server started first once (issue 3, item 3).
+# In one FlashInfer A/B the server started second ran every host call 1.23-1.28x as long,
+# whichever it was, and the gate, whose prefills wait on its host, lost 5 % more started second
+# (0.923x plain) than first (0.973x): benchmark/results/2026-12-03-flashinfer-c128-start-order.
+# Every earlier table started plain first. Here the sweep runs twice, plain first and gate first,
+# at START_ORDER_LEVELS (default 128), each level twice after a warm-up level; the
+# order-balanced ratio is the geometric mean of the two orders'. Every level records where each
+# scheduler ran (cpu_placement: its CPUs, its core's other hardware thread, NUMA nodes).
+# START_ORDER_BACKEND (default flashinfer) is the attention backend; START_ORDER_PROFILE_LEVEL,
+# where set, adds a trace of 200 forward steps with the host at that concurrency (host_pace,
+# host_calls_per_step, prefill_pauses); START_ORDER_TESTS=1 then runs the GPU tests of the off
+# state's draft KV on that backend, short form (greedy identity over switches, warm re-enable).
+# - Run on d91bfbf as host_pace.sh, FlashInfer's JIT in the first start (942 + 606 s), as
+#   START_ORDER_PROFILE_LEVEL=128 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 560
+#   benchmark/results/2026-12-03-flashinfer-c128-start-order.
+# - Item 3's FlashInfer verdict at C = 64 and 128, untraced, about 22 minutes after install:
+#   START_ORDER_LEVELS=64,128 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 560
+# - The tests add about 5 minutes; with C = 128 alone they fit one session:
+#   START_ORDER_TESTS=1 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 560
+backend=${START_ORDER_BACKEND:-flashinfer}
+phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
+for order in plain,gate gate,plain; do
+  name="$backend-${order/,/-first-}"
+  phase "$name" python3 benchmark/sweep.py --run-dir "$RESULTS/$name" \
+    --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
+    --configs "$order" --concurrency "${START_ORDER_LEVELS:-128}" --prompts-per-concurrency 4 \
+    --repeat-levels 2 --warm-up-level 128 --output-len 256 --output-len-spread 0.5 \
+    ${START_ORDER_PROFILE_LEVEL:+--profile-level "$START_ORDER_PROFILE_LEVEL" --profile-steps 200 --profile-host} \
+    -- --attention-backend "$backend" --sampling-backend pytorch --grammar-backend none
+  keep_lines "$RESULTS/$name/logs"
+done
+[ "${START_ORDER_TESTS:-0}" = 0 ] || phase tests gpu_tests "$backend" 1b \
+  "greedy_outputs_identical or gate_switched or reenable_is_warm or prompts_prefilled" bursts3
