@@ -6,13 +6,27 @@ plays it here; test/gpu runs the real one."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from sglang.srt.layers.logits_processor import LogitsProcessor
 
-from sglang_specgate.kv_only_draft import kv_only_draft_forward, supports_kv_only
+from sglang.srt.layers.radix_attention import RadixAttention
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+from sglang_specgate.kv_only_draft import (
+    FULL,
+    KV_ONLY,
+    KV_STORE,
+    StoreKVOnly,
+    kv_only_draft_forward,
+    stores_kv_alone,
+    supports_kv_only,
+)
 
 HIDDEN, VOCAB_SHARD = 8, 24
+HEADS, KV_HEADS, HEAD_DIM, SLOTS = 4, 2, 4, 16
 
 
 class Head(torch.nn.Module):
@@ -42,8 +56,8 @@ def test_skips_the_last_mlp_and_the_lm_head_gemm_while_capturing():
     model = draft()
     mlp = model.model.layers[-1].mlp
     hidden = torch.randn(5, HIDDEN, dtype=torch.bfloat16)
-    with kv_only_draft_forward(model) as kv_only:
-        assert kv_only
+    with kv_only_draft_forward(model) as computed:
+        assert computed == KV_ONLY
         assert isinstance(model.model.layers[-1].mlp, torch.nn.Identity)
         assert model.model.layers[0] is not model.model.layers[-1]  # earlier layers untouched
         logits = model.logits_processor._compute_lm_head(hidden, model.lm_head)
@@ -80,14 +94,69 @@ def test_keeps_the_full_forward_for_drafts_it_cannot_trim(caplog):
     lora_head.apply_lora = lambda *a: None
     for model in (torch.nn.Module(), draft(Head(PackedInt4())), draft(lora_head)):
         assert not supports_kv_only(model)
-        with kv_only_draft_forward(model) as kv_only:
-            assert not kv_only
+        with kv_only_draft_forward(model) as computed:
+            assert computed == FULL
     assert "keeps the full one-token draft extend" in caplog.text
     assert supports_kv_only(draft(Head(UnquantizedEmbeddingMethod())))
 
 
+def kv_pool(dtype=torch.bfloat16) -> MHATokenToKVPool:
+    """SGLang's plain KV pool, on the CPU: one layer, slot 0 its padding slot."""
+    return MHATokenToKVPool(size=SLOTS, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM,
+                            layer_num=1, device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+
+
+def attending_draft(**attention_options):
+    """``draft()`` whose last layer attends through a real RadixAttention, as SGLang's Llama
+    layers do (self_attn.attn)."""
+    model = draft()
+    model.model.layers[-1].self_attn = torch.nn.Module()
+    model.model.layers[-1].self_attn.attn = RadixAttention(
+        num_heads=HEADS, head_dim=HEAD_DIM, scaling=0.5, num_kv_heads=KV_HEADS, layer_id=0, **attention_options)
+    return model
+
+
+def test_the_last_attention_only_stores_its_rows_kv_over_a_plain_pool():
+    model, pool = attending_draft(), kv_pool()
+    attention = model.model.layers[-1].self_attn.attn
+    rows = torch.tensor([3, 5, 9])
+    q = torch.randn(3, HEADS * HEAD_DIM, dtype=torch.bfloat16)
+    k, v = (torch.randn(3, KV_HEADS * HEAD_DIM, dtype=torch.bfloat16) for _ in range(2))
+    batch = SimpleNamespace(out_cache_loc=rows)
+    with kv_only_draft_forward(model, pool, SimpleNamespace()) as computed:
+        assert computed == KV_STORE
+        stand_in = model.model.layers[-1].self_attn.attn
+        assert isinstance(stand_in, StoreKVOnly)
+        out = stand_in(q, k, v, batch)
+        assert out.shape == (3, HEADS * HEAD_DIM) and not out.any()  # attends to nothing
+        assert torch.equal(pool.get_key_buffer(0)[rows].view(3, -1), k)
+        assert torch.equal(pool.get_value_buffer(0)[rows].view(3, -1), v)
+        assert not pool.get_key_buffer(0)[[0, 4]].any()  # nothing else written
+        stand_in(q, k + 1, v + 1, batch, save_kv_cache=False)  # a fused store already wrote them
+        assert torch.equal(pool.get_key_buffer(0)[rows].view(3, -1), k)
+    assert model.model.layers[-1].self_attn.attn is attention
+
+
+def test_the_last_attention_stays_where_the_backends_store_otherwise():
+    plain = SimpleNamespace()
+    assert stores_kv_alone(attending_draft(), kv_pool(), plain)
+    assert stores_kv_alone(attending_draft(), kv_pool(torch.float16), SimpleNamespace(dcp_size=1))
+    assert not stores_kv_alone(attending_draft(), kv_pool(torch.float8_e4m3fn), plain)  # scaled on store
+    assert not stores_kv_alone(attending_draft(sliding_window_size=8), kv_pool(), plain)
+    assert not stores_kv_alone(attending_draft(is_cross_attention=True), kv_pool(), plain)
+    assert not stores_kv_alone(attending_draft(), kv_pool(), SimpleNamespace(dcp_size=2))
+    assert not stores_kv_alone(attending_draft(), kv_pool(), SimpleNamespace(use_sliding_window_kv_pool=True))
+    assert not stores_kv_alone(attending_draft(), None, plain)
+    assert not stores_kv_alone(draft(), kv_pool(), plain)  # no self_attn.attn
+    model = attending_draft(sliding_window_size=8)
+    with kv_only_draft_forward(model, kv_pool(), plain) as computed:
+        assert computed == KV_ONLY
+        assert isinstance(model.model.layers[-1].self_attn.attn, RadixAttention)
+
+
 REAL_DRAFT = """
 import json, sys, types
+import torch
 # On a machine without CUDA, SGLang's rotary embedding imports vLLM's CPU kernel, which is
 # not installed here and never called while building the module: a stand-in name suffices.
 sys.modules["vllm"] = types.ModuleType("vllm")
@@ -105,9 +174,16 @@ init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                              distributed_init_method="tcp://127.0.0.1:" + sys.argv[3])
 initialize_model_parallel(1)
 from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
-from sglang_specgate.kv_only_draft import supports_kv_only
-draft = LlamaForCausalLMEagle3(AutoConfig.from_pretrained(sys.argv[2]))
-print("supports", supports_kv_only(draft), type(draft.model.layers[-1].mlp).__name__)
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+from sglang_specgate.kv_only_draft import stores_kv_alone, supports_kv_only
+config = AutoConfig.from_pretrained(sys.argv[2])
+draft = LlamaForCausalLMEagle3(config)
+attention = draft.model.layers[-1].self_attn.attn
+pool = MHATokenToKVPool(size=8, page_size=1, dtype=torch.bfloat16, head_num=attention.tp_k_head_num,
+                        head_dim=attention.head_dim, layer_num=1, device="cpu", enable_memory_saver=False,
+                        start_layer=attention.layer_id, enable_alt_stream=False)
+print("supports", supports_kv_only(draft), type(draft.model.layers[-1].mlp).__name__,
+      "stores", stores_kv_alone(draft, pool, None))
 """
 
 
@@ -124,4 +200,4 @@ def test_sglangs_eagle3_draft_has_what_the_trim_replaces(eagle_argv, model_dirs)
         port = s.getsockname()[1]
     result = run_python(["-c", REAL_DRAFT, json.dumps(eagle_argv), model_dirs[1], str(port)])
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "supports True LlamaMLP" in result.stdout
+    assert "supports True LlamaMLP stores True" in result.stdout

@@ -130,7 +130,8 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
     upstream_sizes = draft_extend_graphs.get_batch_sizes_to_capture
 
     class DraftWorker:
-        draft_runner = type("DraftRunner", (), {"server_args": server_args, "model": kv_trimmable_draft()})()
+        draft_runner = type("DraftRunner", (), {"server_args": server_args, "model": kv_trimmable_draft(),
+                                                "token_to_kv_pool": None})()
         draft_extend_attn_backend = backend_class()
         draft_extend_attn_backend.kv_indptr = torch.zeros(17, dtype=torch.int32)  # sized at the pool
 

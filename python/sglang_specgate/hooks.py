@@ -87,7 +87,10 @@ HOOKS: tuple[Hook, ...] = (
         "_capture_cuda_graphs (its draft-extend backend gets decode kernels too, reading one "
         "cached token, on Triton with max_kv_splits set to 1 before its buffers are allocated; "
         "captured with speculative_num_draft_tokens overridden to 1, and with the draft's last "
-        "MLP and its LogitsProcessor._compute_lm_head replaced by no-ops, kv_only_draft.py; "
+        "MLP and its LogitsProcessor._compute_lm_head replaced by no-ops, kv_only_draft.py, "
+        "and, over SGLang's plain 16-bit MHATokenToKVPool, the last layer's self_attn.attn "
+        "replaced by a module that only stores the rows' K and V with the pool's "
+        "set_kv_buffer, as the backends' decode does before attending; "
         "and, where "
         "plain steps defer their draft KV, with the runner module's get_batch_sizes_to_capture "
         "name shadowed to add multiples of the largest decode batch up to the draft width "
@@ -131,7 +134,11 @@ HOOKS: tuple[Hook, ...] = (
         "(init_forward_metadata_out_graph: decode wrappers per captured size), :1398 "
         "(forward_decode), :1488-1489 and :1759-1760 (the updaters' references), :1684-1689 "
         "(host lengths planned without a device copy); layers/logits_processor.py:707-754 (_get_logits, "
-        "_compute_lm_head); models/llama_eagle3.py:81-110 (decoder layer: mlp last).",
+        "_compute_lm_head); models/llama_eagle3.py:81-110 (decoder layer: mlp last); "
+        "models/llama.py:209-216 and :262-263 (self_attn.attn, called as attn(q, k, v, "
+        "forward_batch), its output through o_proj); mem_cache/memory_pool.py:2305-2350 "
+        "(MHATokenToKVPool.set_kv_buffer); triton_backend.py:1217-1245 and "
+        "flashinfer_backend.py:899-902, 1410-1425 (the decode paths' stores).",
         removal="When upstream's adaptive steps-0 state runs at plain-decode speed and "
         "accepts a policy object (0.5.23 AdaptiveSpecPolicy), a policy alone suffices.",
     ),

@@ -14,6 +14,13 @@ that layer's input, which neither skipped op feeds. The first draft step after r
 drafts from an approximate hidden state and zero logits, which costs at most that one step's
 acceptance; its own draft extend runs the full speculative graph and restores both. For the
 same reason the draft's attention reads one cached token while off (one_token_decode.py).
+
+The last layer's attention output feeds only that MLP and the hidden state, so where the KV pool
+is SGLang's plain one, the attention itself is replaced by the store of the rows' K and V that
+the backends make before attending (StoreKVOnly, "kv-store"). On FlashInfer that attention,
+reading one entry a row, was a quarter of each 512-row write's GPU time (102 of 409 us,
+benchmark/results/2026-12-03-flashinfer-c128-start-order), and the writes about the whole of a
+decode step's cost over plain's.
 """
 
 from __future__ import annotations
@@ -23,8 +30,15 @@ import logging
 
 import torch
 from sglang.srt.layers.logits_processor import should_apply_lm_head_quant_method
+from sglang.srt.layers.radix_attention import RadixAttention
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
 logger = logging.getLogger(__name__)
+
+# What the off state's draft extend computes, in gate_state's "off_draft_extend"
+FULL = "full"  # the whole draft forward
+KV_ONLY = "kv-only"  # without the last layer's MLP and the lm_head GEMM
+KV_STORE = "kv-store"  # nor the last layer's attention: it only stores K and V
 
 
 def _last_layer(draft_model):
@@ -49,17 +63,55 @@ def supports_kv_only(draft_model) -> bool:
     )
 
 
+def stores_kv_alone(draft_model, kv_pool, attention_backend) -> bool:
+    """The last layer's attention can be replaced by a store of its K and V: a RadixAttention
+    over SGLang's plain 16-bit KV pool, without the cases where the backends' stores differ
+    from one ``set_kv_buffer`` with the layer's scales (quantized or 8-bit caches, sliding
+    windows, cross attention, decode context parallelism; triton_backend.py:1217-1245,
+    flashinfer_backend.py:899-902, 1410-1425)."""
+    attention = getattr(getattr(_last_layer(draft_model), "self_attn", None), "attn", None)
+    return (
+        isinstance(attention, RadixAttention)
+        and type(kv_pool) is MHATokenToKVPool
+        and not kv_pool.is_quantized_kv_cache
+        and kv_pool.dtype.itemsize >= 2
+        and not attention.is_cross_attention
+        and attention.sliding_window_size == -1
+        and getattr(attention_backend, "dcp_size", 1) == 1
+        and not getattr(attention_backend, "use_sliding_window_kv_pool", False)
+    )
+
+
+class StoreKVOnly(torch.nn.Module):
+    """Stands in for the last layer's attention in the off state's write graph: stores the rows'
+    K and V where the backend's decode would (``out_cache_loc``), and attends to nothing."""
+
+    def __init__(self, attention: RadixAttention, kv_pool: MHATokenToKVPool):
+        super().__init__()
+        self.attention = attention
+        self.kv_pool = kv_pool
+
+    def forward(self, q, k, v, forward_batch, save_kv_cache: bool = True, **kwargs):
+        a = self.attention
+        if save_kv_cache:
+            self.kv_pool.set_kv_buffer(a, forward_batch.out_cache_loc, k.view(-1, a.tp_k_head_num, a.qk_head_dim),
+                                       v.view(-1, a.tp_v_head_num, a.v_head_dim), a.k_scale, a.v_scale)
+        return q.new_zeros((q.shape[0], a.tp_q_head_num * a.v_head_dim))
+
+
 @contextlib.contextmanager
-def kv_only_draft_forward(draft_model):
+def kv_only_draft_forward(draft_model, kv_pool=None, attention_backend=None):
     """While capturing the off state's draft-extend graph: skip the last layer's MLP and the
-    lm_head GEMM. Yields whether they were skipped; the model is restored on exit."""
+    lm_head GEMM, and its attention where ``stores_kv_alone``. Yields what the graph computes
+    (FULL, KV_ONLY or KV_STORE); the model is restored on exit."""
     if not supports_kv_only(draft_model):
         logger.warning("spec gate: %s does not expose its last MLP and lm_head; the off state "
                        "keeps the full one-token draft extend", type(draft_model).__name__)
-        yield False
+        yield FULL
         return
     layer, processor = _last_layer(draft_model), draft_model.logits_processor
     mlp = layer.mlp
+    attention = layer.self_attn.attn if stores_kv_alone(draft_model, kv_pool, attention_backend) else None
 
     def zero_logits(hidden_states, lm_head, embedding_bias=None):
         # The shape and dtype the GEMM would give (one rank's vocabulary shard); gathering
@@ -69,8 +121,12 @@ def kv_only_draft_forward(draft_model):
 
     layer.mlp = torch.nn.Identity()
     processor._compute_lm_head = zero_logits  # instance attribute: shadows the method
+    if attention is not None:
+        layer.self_attn.attn = StoreKVOnly(attention, kv_pool)
     try:
-        yield True
+        yield KV_ONLY if attention is None else KV_STORE
     finally:
         layer.mlp = mlp
         del processor._compute_lm_head
+        if attention is not None:
+            layer.self_attn.attn = attention

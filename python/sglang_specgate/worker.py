@@ -134,7 +134,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         # state and builds the steps-0 state through build_adaptive_runtime_state.
         self.adaptive_controller = GateController(self, self.gate_params)
         self.fast_off_path = None  # known once the steps-0 state is built
-        self.off_draft_extend = None  # "kv-only" or "full", known then too
+        self.off_draft_extend = None  # kv_only_draft's FULL, KV_ONLY or KV_STORE, known then too
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
         self.deferred_draft_kv: DeferredDraftKV | None = None  # set when the steps-0 state is built
         self.deferral_blocker: str | None = None  # why plain steps extend the draft every step
@@ -303,12 +303,13 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             width = server_args.speculative_num_draft_tokens
             server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=1)
             try:
+                draft_runner = draft_worker.draft_runner
                 with (
-                    kv_only_draft_forward(draft_worker.draft_runner.model) as kv_only,
+                    kv_only_draft_forward(draft_runner.model, draft_runner.token_to_kv_pool, draft_backend) as computed,
                     contextlib.nullcontext() if self.deferral_blocker else capture_write_sizes(width, draft_backend),
                 ):
                     capture_draft_graphs()
-                self.off_draft_extend = "kv-only" if kv_only else "full"
+                self.off_draft_extend = computed
             finally:
                 server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=width)
 

@@ -115,7 +115,7 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
     state = gated.gate_state()
     print("gate state after the greedy run:", json.dumps(state))  # the figures, with -s
     assert state["fast_off_path"] is True
-    assert state["off_draft_extend"] == "kv-only"
+    assert state["off_draft_extend"] == "kv-store"  # bf16 KV: the last attention only stores (kv_only_draft.py)
     # Plain steps buffered their draft-extend rows and wrote them together (deferred_draft_kv.py).
     deferred = state["deferred_draft_kv"]
     assert deferred["writes"] > 0 and deferred["rows_written"] > deferred["writes"], deferred
