@@ -257,7 +257,7 @@ def host_calls_per_step(trace) -> dict:
     STEP_SPAN): how many host calls (torch ops, nested ones included, and CUDA runtime and
     driver calls) the scheduler made in that span, and how long it held the host, medians over
     the trace, from a trace with CPU activity. Unlike host time, the count does not depend on
-    how fast the host ran: in one FlashInfer A/B the gate's off step made 3.1x the calls of
+    how fast the host ran: in one FlashInfer A/B the gate's off step made 3.2x the calls of
     plain's decode step on either host (benchmark/results/2026-12-03-flashinfer-c128-start-order)."""
     events = events_of(trace)
     annotations = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X" and "dur" in e]
