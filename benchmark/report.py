@@ -285,6 +285,30 @@ def versus_plain_table(res: Results) -> str:
                      "prefill batches gated / plain", "ms a step, a prefill: gated / plain"], rows)
 
 
+def order_balanced_table(runs: dict[str, Results]) -> str:
+    """Each gate against plain in sweeps that started the servers in different orders (one
+    directory each, plans/start_order.sh): its medians' ratio in each, and their geometric
+    mean. Started second, a server's host ran 1.23-1.28x slower in one A/B, whichever it was
+    (benchmark/results/2026-12-03-flashinfer-c128-start-order); the mean cancels that."""
+    ratios: dict[tuple[str, int], dict[str, list[float]]] = {}
+    for res in runs.values():
+        plain = res.closed.get("plain", {})
+        for name in res.gated():
+            for c in sorted(plain.keys() & res.closed[name].keys()):
+                gated, base = res.closed[name][c], plain[c]
+                seen = ratios.setdefault((name, c), {"tok/s": [], "TPOT": []})
+                seen["tok/s"].append(gated["output_throughput"] / base["output_throughput"])
+                seen["TPOT"].append(gated["median_tpot_ms"] / base["median_tpot_ms"])
+
+    def balanced(values: list[float]) -> str:
+        return fmt(math.prod(values) ** (1 / len(values)), 3) if len(values) == len(runs) else "–"
+
+    rows = [[name, str(c), *(cell for key in ("tok/s", "TPOT") for cell in (in_order(seen[key], 3), balanced(seen[key])))]
+            for (name, c), seen in sorted(ratios.items())]
+    return md_table(["config", "C", f"tok/s vs plain, {' · '.join(runs)}", "order-balanced",
+                     "median TPOT vs plain, in the same order", "order-balanced"], rows)
+
+
 def prefill_cost_pair(gated: Optional[dict], base: Optional[dict]) -> str:
     if not (gated and base):
         return "–"
@@ -655,9 +679,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--out", type=Path, help="where to write (default: the first run)")
     parser.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     parser.add_argument("--slo-tpot-ms", type=float, default=20.0)
+    parser.add_argument("--order-balanced", action="store_true",
+                        help="the runs are one A/B with its servers started in different orders "
+                        "(plans/start_order.sh): table each gate against plain in each and their "
+                        "geometric mean, into order-balanced.md")
     args = parser.parse_args(argv)
     out = args.out or args.runs[0]
     out.mkdir(parents=True, exist_ok=True)
+    if args.order_balanced:
+        text = order_balanced_table({run.name: load([run]) for run in args.runs}) + "\n"
+        (out / "order-balanced.md").write_text(text)
+        print(text)
+        return
     res = load(args.runs)
     if not res.closed and not res.bursty:
         raise SystemExit(f"no results in {', '.join(map(str, args.runs))}")

@@ -560,6 +560,26 @@ def test_report_shows_the_machines_cpu_against_plain(run_dir: Path) -> None:
     assert "| gate-4 | 16 | 5.50 (1.10×) | 0.00 | 0.20 (2.00×) |" in section  # no steal: no ratio
 
 
+def test_report_balances_the_start_order_of_an_ab(tmp_path: Path) -> None:
+    def sweep_dir(name: str, gate_tok_s: float, gate_tpot_ms: float) -> Path:
+        run = tmp_path / name
+        run.mkdir()
+        rows = [serving_row("plain,c=128", 128, 1000.0) | {"median_tpot_ms": 10.0},
+                serving_row("gate-9,c=128", 128, gate_tok_s) | {"median_tpot_ms": gate_tpot_ms},
+                serving_row("gate-9,c=64", 64, 500.0)]  # no plain at C = 64: no ratio
+        (run / "raw.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return run
+
+    runs = [sweep_dir("plain-first-gate", 900.0, 11.0), sweep_dir("gate-first-plain", 1000.0, 10.0)]
+    report.main(["--order-balanced", *map(str, runs), "--out", str(tmp_path)])
+    text = (tmp_path / "order-balanced.md").read_text()
+    assert "| config | C | tok/s vs plain, plain-first-gate · gate-first-plain | order-balanced |" in text
+    assert "| gate-9 | 128 | 0.900 · 1.000 | 0.949 | 1.100 · 1.000 | 1.049 |" in text  # 0.9 ** 0.5, 1.1 ** 0.5
+    assert "| gate-9 | 64 |" not in text
+    one = report.order_balanced_table({"only": report.load([runs[0]]), "missing": report.load([tmp_path / "none"])})
+    assert "| gate-9 | 128 | 0.900 | – | 1.100 | – |" in one  # measured in one order only
+
+
 def test_report_shows_where_each_scheduler_ran(run_dir: Path) -> None:
     text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     section = text.split("## Where each scheduler ran")[1]

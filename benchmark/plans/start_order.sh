@@ -4,7 +4,8 @@
 # (0.923x plain) than first (0.973x): benchmark/results/2026-12-03-flashinfer-c128-start-order.
 # Every earlier table started plain first. Here the sweep runs twice, plain first and gate first,
 # at START_ORDER_LEVELS (default 128), each level twice after a warm-up level; the
-# order-balanced ratio is the geometric mean of the two orders'. Every level records where each
+# order-balanced ratio is the geometric mean of the two orders' (report.py --order-balanced
+# DIR DIR, the two sweeps' directories). Every level records where each
 # scheduler ran (cpu_placement: its CPUs, its core's other hardware thread, NUMA nodes).
 # START_ORDER_BACKEND (default flashinfer) is the attention backend; START_ORDER_PROFILE_LEVEL,
 # where set, adds a trace of 200 forward steps with the host at that concurrency (host_pace,
