@@ -303,7 +303,8 @@ def order_balanced_table(runs: dict[str, Results]) -> str:
     def balanced(values: list[float]) -> str:
         return fmt(math.prod(values) ** (1 / len(values)), 3) if len(values) == len(runs) else "–"
 
-    rows = [[name, str(c), *(cell for key in ("tok/s", "TPOT") for cell in (in_order(seen[key], 3), balanced(seen[key])))]
+    rows = [[name, str(c), *(cell for key in ("tok/s", "TPOT")
+                             for cell in (in_order(seen[key], 3), balanced(seen[key])))]
             for (name, c), seen in sorted(ratios.items())]
     return md_table(["config", "C", f"tok/s vs plain, {' · '.join(runs)}", "order-balanced",
                      "median TPOT vs plain, in the same order", "order-balanced"], rows)

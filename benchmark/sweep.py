@@ -517,7 +517,7 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     machine_before, per_cpu_before = (server_processes.machine_cpu_times(),
                                       server_processes.machine_cpu_times(per_cpu=True))
     threads_before, started = server_processes.thread_cpu_seconds(pids), time.monotonic()
-    with level_probe(run, url, dataset) as probe, server_processes.watch_cpu(pids.get("scheduler")) as where:
+    with level_probe(run, url, dataset) as probe, server_processes.watch_cpu(pids.get("scheduler")) as scheduler_cpus:
         exit_code = client.run(serving_session.arguments_of(cmd), run.logs / log)
     if exit_code != 0:
         run.fail(f"{tag} (see logs/{log})")
@@ -527,7 +527,7 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     cpu_machine = server_processes.machine_share(machine_before, server_processes.machine_cpu_times(),
                                                  threads_before, threads_after, seconds)
     cpu_placement = server_processes.placement(per_cpu_before, server_processes.machine_cpu_times(per_cpu=True),
-                                               where, server_processes.smt_siblings(),
+                                               scheduler_cpus, server_processes.smt_siblings(),
                                                server_processes.numa_node_count())
     after = gate_snapshot(url)
     server_lines = decode_log.read_from(server_log, log_offset)
