@@ -74,6 +74,7 @@ def idle_after(kernels: list[dict], steps: int) -> list[dict]:
 # stream. Shorter than IDLE_GAP_US, one did not wait.
 HOST_WAIT_NAMES = ("Synchronize", "cudaMemcpy", "cuMemcpy")
 HOST_CALLS = ("cuda_runtime", "cuda_driver")
+HOST_OPS_AND_CALLS = ("cpu_op", *HOST_CALLS)  # torch ops, then CUDA runtime and driver calls
 # Innermost spans searched backwards from an instant; a step has far fewer on one thread.
 SPAN_SEARCH = 4000
 IDLE_CAUSES_TOP = 12
@@ -244,7 +245,7 @@ def host_pace(trace) -> dict:
     """Median microseconds of each of PACE_CALLS, from a trace with CPU activity."""
     durations: dict = {name: [] for name in PACE_CALLS}
     for e in events_of(trace):
-        if e.get("name") in durations and "dur" in e and e.get("cat") in ("cpu_op", *HOST_CALLS):
+        if e.get("name") in durations and "dur" in e and e.get("cat") in HOST_OPS_AND_CALLS:
             durations[e["name"]].append(e["dur"])
     return {"host_pace_us": {name: statistics.median(d) for name, d in durations.items() if d}}
 
@@ -262,7 +263,7 @@ def host_calls_per_step(trace) -> dict:
     events = events_of(trace)
     annotations = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X" and "dur" in e]
     calls = sorted((e["tid"], e["ts"]) for e in events
-                   if e.get("cat") in ("cpu_op", *HOST_CALLS) and e.get("ph") == "X")
+                   if e.get("cat") in HOST_OPS_AND_CALLS and e.get("ph") == "X")
     steps = sorted((e["tid"], e["ts"], span_kind(e["name"])) for e in annotations if e["name"].startswith("step["))
     by_kind: dict = {}
     for span in (e for e in annotations if e["name"] == STEP_SPAN):

@@ -102,20 +102,27 @@ def machine_cpu_times(per_cpu: bool = False):
     return psutil.cpu_times(percpu=per_cpu)
 
 
+def split_cpu_time(before, after) -> tuple[float, float, float]:
+    """CPU seconds between two reads of CPU times (``machine_cpu_times``, all cores or one):
+    busy, stolen by the hypervisor (0 where the kernel counts none), and in all."""
+    spent = {name: getattr(after, name) - getattr(before, name) for name in after._fields
+             if name not in MACHINE_GUEST}
+    total = sum(spent.values())
+    steal = spent.get("steal", 0.0)
+    idle = sum(spent.get(name, 0.0) for name in MACHINE_IDLE)
+    return total - idle - steal, steal, total
+
+
 def machine_share(before, after, threads_before: ThreadTimes, threads_after: ThreadTimes,
                   seconds: float) -> dict[str, float]:
     """Over a level: the cores the whole machine kept busy (the client's included), the share of
     its CPU time the hypervisor gave elsewhere (steal, in percent; 0 where the kernel counts
     none), and the cores the scheduler's threads other than its busiest kept busy."""
-    spent = {name: getattr(after, name) - getattr(before, name) for name in after._fields
-             if name not in MACHINE_GUEST}
-    total = sum(spent.values())
+    busy, steal, total = split_cpu_time(before, after)
     if seconds <= 0 or total <= 0:
         return {}
-    steal = spent.get("steal", 0.0)
-    idle = sum(spent.get(name, 0.0) for name in MACHINE_IDLE)
     scheduler = spent_by_thread(threads_before, threads_after).get("scheduler", [])
-    return {"cores_busy": round((total - idle - steal) / seconds, 2),
+    return {"cores_busy": round(busy / seconds, 2),
             "steal_pct": round(100 * steal / total, 2),
             "scheduler_rest": round(sum(scheduler[1:]) / seconds, 3)}
 
@@ -190,13 +197,7 @@ def watch_cpu(pid: Optional[int], every_s: float = PLACEMENT_SAMPLE_S):
 def busy_per_cpu(before, after) -> list[float]:
     """Per CPU, the share of its time between two ``machine_cpu_times(per_cpu=True)`` reads
     that it ran something (steal and idle apart)."""
-    shares = []
-    for old, new in zip(before, after):
-        spent = {name: getattr(new, name) - getattr(old, name) for name in new._fields if name not in MACHINE_GUEST}
-        total = sum(spent.values())
-        idle = sum(spent.get(name, 0.0) for name in (*MACHINE_IDLE, "steal"))
-        shares.append((total - idle) / total if total > 0 else 0.0)
-    return shares
+    return [busy / total if total > 0 else 0.0 for busy, _, total in map(split_cpu_time, before, after)]
 
 
 def placement(per_cpu_before, per_cpu_after, scheduler_cpus: list[int], siblings: dict[int, list[int]],
