@@ -9,19 +9,14 @@
 # scheduler ran (cpu_placement: its CPUs, its core's other hardware thread, NUMA nodes).
 # START_ORDER_BACKEND (default flashinfer) is the attention backend; START_ORDER_PROFILE_LEVEL,
 # where set, adds a trace of 200 forward steps with the host at that concurrency (host_pace,
-# host_calls_per_step, prefill_pauses); START_ORDER_TESTS=1 first runs the GPU tests of the off
-# state's draft KV on that backend, short form (greedy identity over switches, warm re-enable).
+# host_calls_per_step, prefill_pauses). The GPU tests are plans/gpu_tests.sh's: on FlashInfer
+# they take about 14 minutes (its JIT included), too many to share a session with these sweeps.
 # - Run on d91bfbf as host_pace.sh, FlashInfer's JIT in the first start (942 + 606 s), as
 #   START_ORDER_PROFILE_LEVEL=128 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 560
 #   benchmark/results/2026-12-03-flashinfer-c128-start-order.
 # - Item 3's FlashInfer verdict at C = 64 and 128, untraced, about 22 minutes after install:
 #   START_ORDER_LEVELS=64,128 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 560
-# - The tests add about 5 minutes; with C = 128 alone they fit one session:
-#   START_ORDER_TESTS=1 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 560
 backend=${START_ORDER_BACKEND:-flashinfer}
-# The tests first: a speed figure is worth reading only for code whose outputs are right.
-[ "${START_ORDER_TESTS:-0}" = 0 ] || phase tests gpu_tests "$backend" 1b \
-  "greedy_outputs_identical or gate_switched or reenable_is_warm or prompts_prefilled" bursts3
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 for order in plain,gate gate,plain; do
   name="$backend-${order/,/-first-}"
