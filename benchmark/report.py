@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import kernel_profile
 import server_processes
@@ -62,6 +61,14 @@ class Results:
 
     def gated(self) -> list[str]:
         return [name for name in self.closed if name not in BASELINES]
+
+    def against_plain(self) -> Iterator[tuple[str, int, dict, dict]]:
+        """Each gate's closed-loop level where plain ran the same concurrency: (the gate, C, its
+        row, plain's row)."""
+        plain = self.closed.get("plain", {})
+        for name in self.gated():
+            for c in sorted(plain.keys() & self.closed[name].keys()):
+                yield name, c, self.closed[name][c], plain[c]
 
 
 def repeat_of(tag: str) -> int:
@@ -265,21 +272,18 @@ def output_lengths(row: dict) -> str:
 
 def versus_plain_table(res: Results) -> str:
     """Each gate against the plain server where the gate is off: the cost of being off."""
-    plain = res.closed.get("plain", {})
     rows = []
-    for name in res.gated():
-        for c in sorted(plain.keys() & res.closed[name].keys()):
-            gated, base = res.closed[name][c], plain[c]
-            levels = [res.gate.get(row["tag"], {}) for row in (gated, base)]
-            steady = [level.get("steady_decode") or {} for level in levels]
-            prefills = [level.get("prefills") for level in levels]
-            rows.append([name, str(c), fmt(gated["output_throughput"] / base["output_throughput"], 3),
-                         fmt(gated["median_tpot_ms"] / base["median_tpot_ms"], 3),
-                         fmt(median_ratio(*steady), 3),
-                         fmt(median_ratio(*(part.get("decode_only") for part in steady)), 3),
-                         fmt(gated["mean_ttft_ms"] / base["mean_ttft_ms"], 3),
-                         " / ".join(str(p["batches"]) for p in prefills) if all(prefills) else "–",
-                         prefill_cost_pair(*(part.get("prefill_cost") for part in steady))])
+    for name, c, gated, base in res.against_plain():
+        levels = [res.gate.get(row["tag"], {}) for row in (gated, base)]
+        steady = [level.get("steady_decode") or {} for level in levels]
+        prefills = [level.get("prefills") for level in levels]
+        rows.append([name, str(c), fmt(gated["output_throughput"] / base["output_throughput"], 3),
+                     fmt(gated["median_tpot_ms"] / base["median_tpot_ms"], 3),
+                     fmt(median_ratio(*steady), 3),
+                     fmt(median_ratio(*(part.get("decode_only") for part in steady)), 3),
+                     fmt(gated["mean_ttft_ms"] / base["mean_ttft_ms"], 3),
+                     " / ".join(str(p["batches"]) for p in prefills) if all(prefills) else "–",
+                     prefill_cost_pair(*(part.get("prefill_cost") for part in steady))])
     return md_table(["config", "C", "tok/s vs plain", "median TPOT vs plain",
                      "steady decode tok/s vs plain", "decode only", "mean TTFT vs plain",
                      "prefill batches gated / plain", "ms a step, a prefill: gated / plain"], rows)
@@ -292,16 +296,13 @@ def order_balanced_table(runs: dict[str, Results]) -> str:
     (benchmark/results/2026-12-03-flashinfer-c128-start-order); the mean cancels that."""
     ratios: dict[tuple[str, int], dict[str, list[float]]] = {}
     for res in runs.values():
-        plain = res.closed.get("plain", {})
-        for name in res.gated():
-            for c in sorted(plain.keys() & res.closed[name].keys()):
-                gated, base = res.closed[name][c], plain[c]
-                seen = ratios.setdefault((name, c), {"tok/s": [], "TPOT": []})
-                seen["tok/s"].append(gated["output_throughput"] / base["output_throughput"])
-                seen["TPOT"].append(gated["median_tpot_ms"] / base["median_tpot_ms"])
+        for name, c, gated, base in res.against_plain():
+            seen = ratios.setdefault((name, c), {"tok/s": [], "TPOT": []})
+            seen["tok/s"].append(gated["output_throughput"] / base["output_throughput"])
+            seen["TPOT"].append(gated["median_tpot_ms"] / base["median_tpot_ms"])
 
     def balanced(values: list[float]) -> str:
-        return fmt(math.prod(values) ** (1 / len(values)), 3) if len(values) == len(runs) else "–"
+        return fmt(statistics.geometric_mean(values), 3) if len(values) == len(runs) else "–"
 
     rows = [[name, str(c), *(cell for key in ("tok/s", "TPOT")
                              for cell in (in_order(seen[key], 3), balanced(seen[key])))]
@@ -437,8 +438,7 @@ def host_pace_table(profiles: dict[str, dict]) -> Optional[str]:
     rows = []
     for name, pace in paced.items():
         common = [call for call in pace if plain and call in plain]
-        versus = (math.prod(pace[call] / plain[call] for call in common) ** (1 / len(common))
-                  if common else None)
+        versus = statistics.geometric_mean(pace[call] / plain[call] for call in common) if common else None
         rows.append([name, *(fmt(pace.get(call), 2) for call in kernel_profile.PACE_CALLS), fmt(versus, 2)])
     return md_table(["config", *(f"`{call}` µs" for call in kernel_profile.PACE_CALLS), "vs plain"], rows)
 
