@@ -6,6 +6,10 @@
 #                                                   as .gpu/ (on a warm host: once its plan is done)
 #   bash /tmp/gpu-job/gpu_job.sh wait SECONDS       each later call, within 30 s of the last
 # (GPU_JOB_DIR moves /tmp/gpu-job.)
+# Prefer SECONDS near 290 to the 560 a call allows: a call that ends while no turn is ready to
+# send the next `wait` within 30 s loses the host and the plan's tail. That happened after 3 of 3
+# calls of 547 s on 12-03/04; 4 calls of 290 s ran back to back
+# (benchmark/results/2026-12-04-flashinfer-c128-start-order-kv-store).
 #
 # `start` installs the kit (.gpu/wheels, shared/gpu/README.md) into /tmp/site and this checkout
 # into /tmp/plugin, copies the checkout to /tmp/gpu-job/repo (later calls may replace the working

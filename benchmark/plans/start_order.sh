@@ -3,7 +3,7 @@
 # whichever it was, and the gate, whose prefills wait on its host, lost 5 % more started second
 # (0.923x plain) than first (0.973x): benchmark/results/2026-12-03-flashinfer-c128-start-order.
 # Every earlier table started plain first. Here the sweep runs twice, plain first and gate first,
-# at START_ORDER_LEVELS (default 128), each level twice after a warm-up level; the
+# at START_ORDER_LEVELS (default 128), each level twice after a warm-up at the last level; the
 # order-balanced ratio is the geometric mean of the two orders' (report.py --order-balanced
 # DIR DIR, the two sweeps' directories). Every level records where each
 # scheduler ran (cpu_placement: its CPUs, its core's other hardware thread, NUMA nodes).
@@ -14,16 +14,20 @@
 # - Run on d91bfbf as host_pace.sh, FlashInfer's JIT in the first start (942 + 606 s), as
 #   START_ORDER_PROFILE_LEVEL=128 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 560
 #   benchmark/results/2026-12-03-flashinfer-c128-start-order.
-# - Item 3's FlashInfer verdict at C = 64 and 128, untraced, about 22 minutes after install:
-#   START_ORDER_LEVELS=64,128 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 560
+# - Run on d402f4b at C = 128 only, in calls of 290 s (16 minutes after install), as
+#   START_ORDER_LEVELS=128 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 290
+#   benchmark/results/2026-12-04-flashinfer-c128-start-order-kv-store.
+# - Next, C = 64, which fits one session the same way:
+#   START_ORDER_LEVELS=64 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 290
 backend=${START_ORDER_BACKEND:-flashinfer}
+levels=${START_ORDER_LEVELS:-128}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 for order in plain,gate gate,plain; do
   name="$backend-${order/,/-first-}"
   phase "$name" python3 benchmark/sweep.py --run-dir "$RESULTS/$name" \
     --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
-    --configs "$order" --concurrency "${START_ORDER_LEVELS:-128}" --prompts-per-concurrency 4 \
-    --repeat-levels 2 --warm-up-level 128 --output-len 256 --output-len-spread 0.5 \
+    --configs "$order" --concurrency "$levels" --prompts-per-concurrency 4 \
+    --repeat-levels 2 --warm-up-level "${levels##*,}" --output-len 256 --output-len-spread 0.5 \
     ${START_ORDER_PROFILE_LEVEL:+--profile-level "$START_ORDER_PROFILE_LEVEL" --profile-steps 200 --profile-host} \
     -- --attention-backend "$backend" --sampling-backend pytorch --grammar-backend none
   keep_lines "$RESULTS/$name/logs"
