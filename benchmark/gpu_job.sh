@@ -18,6 +18,17 @@
 # (results.tgz, plus the sweeps' level traces under 15 MB each): what a call was cut short in
 # comes back with the next one.
 #
+# FlashInfer: the kit's flashinfer wheel lacks the vendored CCCL its JIT builds need
+# (results/2026-12-02-flashinfer-jit-on-the-kit). Once, repack it with the CCCL kept, in place of
+# the 1slim wheel:
+#   python3 ../shared/gpu/repack_wheel.py flashinfer_python-0.6.15.post1-py3-none-any.whl \
+#     .gpu/wheels --build-tag 1cccl --drop flashinfer/data/cutlass/examples/ \
+#     --drop flashinfer/data/cutlass/test/ --drop flashinfer/data/cutlass/python/
+# and run a FlashInfer plan. Its first server start builds the kernels (about 2 minutes at 8B),
+# and each call brings them back as $OUT/flashinfer-aot.tar.xz (3 MiB). Put that at
+# .gpu/flashinfer-aot.tar.xz and the 1slim wheel back: `start` installs the kernels as
+# FlashInfer's AOT ones and no server builds again (plans/flashinfer_aot.sh checks that they suffice).
+#
 # PLAN is a bash file sourced from the repository copy; it calls these, in order:
 #   phase NAME COMMAND...            COMMAND's output to $RESULTS/NAME.log, its time and status
 #                                    to job.log; returns its status
@@ -69,6 +80,9 @@ gpu_tests() {
 pack() {
   rm -rf "${OUT:?}"/*
   tar czf "$OUT/results.tgz" -C "$JOB" --exclude='*.trace.json.gz' results
+  # FlashInfer's JIT builds, laid out as its AOT directory, for the next kit (`start` installs them)
+  local built=("${HOME:-}"/.cache/flashinfer/*/*/cached_ops)
+  [ -d "${built[0]}" ] && (cd "${built[0]}" && tar cJf "$OUT/flashinfer-aot.tar.xz" */*.so 2>/dev/null)
   find /tmp/specgate-sweep-* "$RESULTS" -name '*.trace.json.gz' -size -15M 2>/dev/null | head -6 | while read -r t; do
     cp "$t" "$OUT/$(basename "$(dirname "$t")")-$(basename "$t" | tr -c 'A-Za-z0-9._\n-' _)"
   done
@@ -91,6 +105,11 @@ case ${1:-} in
     rm -rf "$RESULTS" && mkdir -p "$RESULTS"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/wheels/*.whl || exit 1
     python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade --target /tmp/plugin . || exit 1
+    # Kernels a FlashInfer server would otherwise build at its first start (minutes on a fresh
+    # host, and only with the vendored CCCL the kit drops), from an earlier call's $OUT.
+    if [ -f .gpu/flashinfer-aot.tar.xz ]; then
+      mkdir -p /tmp/site/flashinfer/data/aot && tar xJf .gpu/flashinfer-aot.tar.xz -C /tmp/site/flashinfer/data/aot
+    fi
     rm -rf "$REPO" && mkdir -p "$REPO" && cp -r benchmark test python pyproject.toml README.md "$REPO"/
     cp "$plan" "$JOB/plan.sh" && cp "$0" "$JOB/gpu_job.sh"
     nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm --format=csv > "$RESULTS/gpu.csv"

@@ -1625,7 +1625,10 @@ def test_gpu_job_runs_a_plan_and_packs_what_it_wrote(tmp_path):
         "mkdir -p $RESULTS/sweep/logs\n"
         "printf 'Decode batch, #running-req: 9\\nweights loaded\\n' > $RESULTS/sweep/logs/server-plain.log\n"
         "keep_lines $RESULTS/sweep/logs\n")
-    env = {"PATH": "/usr/bin:/bin", "GPU_JOB_DIR": str(job), "OUT": str(out)}
+    built = tmp_path / "home/.cache/flashinfer/0.6.15.post1/90a/cached_ops/norm"
+    built.mkdir(parents=True)
+    (built / "norm.so").write_bytes(b"\x7fELF")  # what FlashInfer's JIT built on the host
+    env = {"PATH": "/usr/bin:/bin", "GPU_JOB_DIR": str(job), "OUT": str(out), "HOME": str(tmp_path / "home")}
     script = str(BENCH / "gpu_job.sh")
     subprocess.run(["bash", script, "run"], cwd=tmp_path, env=env, check=True, capture_output=True)
     subprocess.run(["bash", script, "wait", "30"], env=env, check=True, capture_output=True, timeout=20)
@@ -1638,6 +1641,8 @@ def test_gpu_job_runs_a_plan_and_packs_what_it_wrote(tmp_path):
         assert read("results/sweep/logs/server-plain-lines.txt") == "Decode batch, #running-req: 9\n"
         assert "results/sweep/logs/server-plain.log" not in members  # the whole log stays behind
         assert "results/PLAN_DONE" in members
+    with tarfile.open(out / "flashinfer-aot.tar.xz") as tar:  # laid out as FlashInfer's AOT directory
+        assert tar.getnames() == ["norm/norm.so"]
     (job / "results" / "PLAN_DONE").unlink()  # as while a plan runs: a second start must not clobber it
     started = subprocess.run(["bash", script, "start", str(job / "plan.sh"), "30"], env=env,
                              capture_output=True, text=True)
