@@ -17,12 +17,18 @@
 # - Run on d402f4b at C = 128 only, in calls of 290 s (16 minutes after install), as
 #   START_ORDER_LEVELS=128 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 290
 #   benchmark/results/2026-12-04-flashinfer-c128-start-order-kv-store.
-# - Next, C = 64, which fits one session the same way:
-#   START_ORDER_LEVELS=64 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 290
+# - START_ORDER_ORDERS (default "plain,gate gate,plain") picks the orders, one sweep each.
+# - Run on c1008db (package of 51ed271) with the gate first only, at C = 64, FlashInfer's JIT in
+#   the gate's start (572 s), in one call of 545 s and a wait, as
+#   START_ORDER_LEVELS=64 START_ORDER_ORDERS=gate,plain bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 545
+#   benchmark/results/2026-12-04-flashinfer-c64-gate-first: 0.918 · 0.959x plain.
+# - Next, C = 64 plain first on the same code, with the kernels carried (gpu_job.sh: FlashInfer):
+#   START_ORDER_LEVELS=64 START_ORDER_ORDERS=plain,gate bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 545
 backend=${START_ORDER_BACKEND:-flashinfer}
 levels=${START_ORDER_LEVELS:-128}
+orders=${START_ORDER_ORDERS:-plain,gate gate,plain}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
-for order in plain,gate gate,plain; do
+for order in $orders; do
   name="$backend-${order/,/-first-}"
   phase "$name" python3 benchmark/sweep.py --run-dir "$RESULTS/$name" \
     --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
