@@ -1181,15 +1181,21 @@ def side_by_side(args: argparse.Namespace, configs: list[ServerConfig]) -> list[
 
 
 def serve_interleaved(run: Run, configs: list[ServerConfig], dataset: Path) -> None:
-    """--interleave: start every server, then run the closed levels alternately against them."""
+    """--interleave: start every server, then run the closed levels alternately against those
+    that came up, while two or more did: a server that fails to start (say, an experimental
+    configuration) is recorded as failed and costs the others' comparison nothing."""
     with ExitStack() as servers:
+        up = []
         for config in configs:
             run.note(f"# server {config.name} (port {config.port}), resident with the others")
-            if not servers.enter_context(server(run, config)):
+            if servers.enter_context(server(run, config)):
+                up.append(config)
+            else:
                 run.server_failed(config)
-                return
+        if len(up) < 2:
+            return
         try:
-            closed_loop(run, interleaved_plan(run.args, configs), dataset, "bench-session.log")
+            closed_loop(run, interleaved_plan(run.args, up), dataset, "bench-session.log")
         except OSError as e:  # a server went away
             run.fail(f"interleaved levels: {e}")
 

@@ -1231,6 +1231,34 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
     assert asked == ["http://127.0.0.1:30000"] * 2 + ["http://127.0.0.1:30001"] * 4 + ["http://127.0.0.1:30000"] * 2
 
 
+def test_interleaved_levels_go_on_without_a_server_that_failed_to_start(tmp_path: Path, monkeypatch) -> None:
+    """serve_interleaved on the CPU, three servers standing in, the second failing at start:
+    it is recorded as failed, and the other two still take their turns; with one left, none run."""
+    args = sweep.parse_args(sweep_args(tmp_path, "--configs", "plain,spec,gate", "--thresholds", "9",
+                                       "--scenarios", "closed", "--concurrency", "64", "--interleave"))
+    run = sweep.Run(args)
+    run.logs.mkdir(parents=True)
+    configs = sweep.side_by_side(args, sweep.server_configs(args.configs, args.thresholds,
+                                                            sweep.Speculation.from_args(args), run.dir))
+    failing = {"spec"}
+    measured: list[str] = []
+
+    @contextmanager
+    def stand_in_server(run, config):
+        yield config.name not in failing
+
+    monkeypatch.setattr(sweep, "server", stand_in_server)
+    monkeypatch.setattr(sweep, "closed_loop",
+                        lambda run, plan, dataset, log: measured.extend(config.name for config, *_ in plan))
+    sweep.serve_interleaved(run, configs, tmp_path / "prompts.jsonl")
+    assert run.failures == ["server spec (see logs/server-spec.log)"]
+    assert measured == ["plain", "gate-9"]
+    failing.add("plain")
+    measured.clear()
+    sweep.serve_interleaved(run, configs, tmp_path / "prompts.jsonl")
+    assert measured == [] and len(run.failures) == 3
+
+
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags: str,
                       trace: Callable[[], dict] = mixed_steps_trace) -> "sweep.Run":
     """A sweep whose server is a stand-in: /start_profile writes ``trace`` when
