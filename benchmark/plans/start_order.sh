@@ -22,9 +22,11 @@
 #   the gate's start (572 s), in one call of 545 s and a wait, as
 #   START_ORDER_LEVELS=64 START_ORDER_ORDERS=gate,plain bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 545
 #   benchmark/results/2026-12-04-flashinfer-c64-gate-first: 0.918 · 0.959x plain.
-# - Next, C = 64 plain first on the same code, with the kernels carried (gpu_job.sh: FlashInfer),
-#   traced, to see where the gate's prefills lose 2.7-4.7 ms more than plain's:
+# - Run on 3855500 with plain first, at C = 64, traced, the kernels carried (gpu_job.sh:
+#   FlashInfer), in one call of 545 s and a wait, as
 #   START_ORDER_LEVELS=64 START_ORDER_ORDERS=plain,gate START_ORDER_PROFILE_LEVEL=64 bash benchmark/gpu_job.sh start benchmark/plans/start_order.sh 545
+#   benchmark/results/2026-12-04-flashinfer-c64-plain-first: 0.919x plain order-balanced; each
+#   prefill and the off step after it bound by the host.
 backend=${START_ORDER_BACKEND:-flashinfer}
 levels=${START_ORDER_LEVELS:-128}
 orders=${START_ORDER_ORDERS:-plain,gate gate,plain}
