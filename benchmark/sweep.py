@@ -61,8 +61,8 @@ import ttft_split
 import ttft_stages
 
 RESULTS = Path(__file__).resolve().parent / "results"
-CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate", "gate-decode")
-GATE_KINDS = ("upstream-gate", "gate", "gate-decode")
+CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate")
+GATE_KINDS = ("upstream-gate", "gate")
 AUTO = "auto"
 GATE_COUNTERS = ("decode_steps_spec", "decode_steps_plain", "switches")
 # The gate's host sequence lengths (FlashInfer): batches served from the host, batches that
@@ -149,14 +149,11 @@ def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
                     adaptive_config={"1": {"candidate_steps": [spec.num_steps]},
                                      str(n + 1): {"candidate_steps": [0]}},
                 ))
-        elif kind in ("gate", "gate-decode"):
-            # gate-decode: plain steps as the target's own decode step (plain_decode.py), to
-            # compare with the one-token verify on one host.
-            off_step = ("--speculative-gate-off-step", "decode") if kind == "gate-decode" else ()
+        elif kind == "gate":
             for n in thresholds:
                 configs.append(ServerConfig(
-                    f"{kind}-{n}",
-                    (*spec.flags(), "--speculative-disable-batch-threshold", str(n), *off_step),
+                    f"gate-{n}",
+                    (*spec.flags(), "--speculative-disable-batch-threshold", str(n)),
                 ))
         else:
             raise ValueError(f"unknown configuration {kind!r}; choose from {CONFIG_KINDS}")
@@ -991,7 +988,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add_server_arguments(p, model_required=True, max_running_default="the largest concurrency")
     p.add_argument("--tokenizer", help="tokenizer for the client (default: --model-path)")
     p.add_argument("--configs", default="plain,spec,upstream-gate,gate",
-                   help=f"comma list of {', '.join(CONFIG_KINDS)} (default: all but gate-decode)")
+                   help=f"comma list of {', '.join(CONFIG_KINDS)} (default: all)")
     p.add_argument("--thresholds", type=thresholds_arg, default=AUTO,
                    help="gate thresholds N, comma list, one server per gate and N; or auto "
                         "(default): the N find_threshold.py suggests from the plain and spec "

@@ -52,12 +52,6 @@ def test_hysteresis_flags(eagle_argv):
     assert (cfg.threshold, cfg.reenable_threshold, cfg.dwell_steps) == (16, 10, 0)
 
 
-def test_off_step_defaults_to_the_verify_and_takes_decode(eagle_argv):
-    assert parse(eagle_argv + [FLAG, "16"]).speculative_gate_off_step == "verify"
-    args = parse(eagle_argv + [FLAG, "16", "--speculative-gate-off-step", "decode"])
-    assert args.speculative_gate_off_step == "decode"
-
-
 def test_env_applies_when_flag_absent(eagle_argv, monkeypatch):
     monkeypatch.setenv(ENV, "12")
     assert parse(eagle_argv).speculative_disable_batch_threshold == 12
@@ -150,8 +144,6 @@ BAD_CLI = [
      ["--speculative-gate-dwell-steps", ">= 0"]),
     ("re-enable above threshold", [FLAG, "8", "--speculative-gate-reenable-threshold", "9"], None,
      ["--speculative-gate-reenable-threshold", "must be <=", FLAG]),
-    ("unknown off step", [FLAG, "8", "--speculative-gate-off-step", "plain"], None,
-     ["--speculative-gate-off-step", "invalid choice", "'plain'"]),
     ("garbage env", [], "lots", [ENV, "non-negative integer", "'lots'"]),
     ("negative env", [], "-4", [ENV, ">= 0"]),
     ("float env", [], "1e3", [ENV, "non-negative integer"]),
@@ -223,13 +215,3 @@ def test_bad_engine_kwarg_raises_named_error(value, model_dirs):
 
     with pytest.raises(SpecGateConfigError, match="--speculative-disable-batch-threshold"):
         Engine.server_args_class(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=value))
-
-
-def test_bad_off_step_engine_kwarg_raises_named_error(model_dirs):
-    from sglang.srt.entrypoints.engine import Engine
-
-    from sglang_specgate.args import SpecGateConfigError
-
-    with pytest.raises(SpecGateConfigError, match="--speculative-gate-off-step must be one of decode, verify"):
-        Engine.server_args_class(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=8,
-                                                 speculative_gate_off_step="Decode"))

@@ -182,16 +182,6 @@ def test_server_configs_and_commands(tmp_path: Path) -> None:
     assert "--speculative-draft-load-format" not in sweep.server_command(args, by_name["plain"])
 
 
-def test_gate_decode_config_asks_for_plain_decode_steps(tmp_path: Path) -> None:
-    args = sweep.parse_args(sweep_args(tmp_path, "--configs", "gate,gate-decode,plain", "--thresholds", "9"))
-    spec = sweep.Speculation("EAGLE3", "/m/draft", 3, None)
-    configs = sweep.server_configs(args.configs, args.thresholds, spec, args.run_dir)
-    assert [c.name for c in configs] == ["gate-9", "gate-decode-9", "plain"]
-    gate, decode = (" ".join(sweep.server_command(args, c)) for c in configs[:2])
-    assert "--speculative-gate-off-step" not in gate
-    assert "--speculative-disable-batch-threshold 9 --speculative-gate-off-step decode" in decode
-
-
 def test_bench_command(tmp_path: Path) -> None:
     args = sweep.parse_args(sweep_args(tmp_path, "--output-len", "128"))
     closed = sweep.bench_command(args, url=sweep.base_url(args), tag="spec,c=8", dataset=Path("d.jsonl"),

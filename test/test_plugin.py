@@ -46,8 +46,7 @@ print("OURS", ours == sorted(h.target for h in hooks.HOOKS))
 def test_launch_server_help_lists_the_flags():
     result = run_python(["-m", "sglang.launch_server", "--help"])
     assert result.returncode == 0, result.stderr
-    for flag in (FLAG, "--speculative-gate-dwell-steps", "--speculative-gate-reenable-threshold",
-                 "--speculative-gate-off-step"):
+    for flag in (FLAG, "--speculative-gate-dwell-steps", "--speculative-gate-reenable-threshold"):
         assert flag in result.stdout
 
 

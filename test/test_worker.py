@@ -5,6 +5,7 @@ building one needs a GPU; test/gpu runs the real one."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -15,7 +16,9 @@ from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.standalone_worker_v2 import StandaloneWorkerV2
 
+from sglang_specgate import worker as worker_module
 from sglang_specgate.args import SpecGateConfigError
+from sglang_specgate.deferred_draft_kv import NO_GRAPH
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import (
     GateController,
@@ -170,6 +173,29 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
     # the stand-ins' own methods are back
     assert "_capture_cuda_graphs" not in vars(worker._draft_worker)
     assert "_get_attention_backend" not in vars(worker._target_worker.model_runner)
+
+
+@pytest.mark.parametrize("blocker, graphs", [
+    (None, "draft-extend graphs"),
+    ("the draft extend syncs its batch across ranks", "draft-extend graphs"),
+    (None, None),  # no one-token draft-extend graph to write the rows with
+], ids=["deferred", "draft KV not deferred", "no write graph"])
+def test_the_steps0_build_defers_draft_kv_only_with_a_write_graph_and_no_blocker(monkeypatch, blocker, graphs):
+    """GatedEAGLEWorkerV2.build_adaptive_runtime_state around a stand-in for upstream's build
+    (which needs a GPU), which captures the draft's graphs and so settles deferral_blocker."""
+    def upstream_build(self, steps, draft_tokens, cuda_graph_bs=None):
+        self.deferral_blocker = blocker  # as the shadowed draft capture sets it
+        return SimpleNamespace(cuda_graph_runner_for_draft_extend=graphs)
+
+    monkeypatch.setattr(EAGLEWorkerV2, "build_adaptive_runtime_state", upstream_build)
+    monkeypatch.setattr(GatedEAGLEWorkerV2, "_one_token_backends_use_decode_kernels",
+                        lambda self: contextlib.nullcontext())  # its own test: above
+    monkeypatch.setattr(worker_module, "DeferredDraftKV", lambda runner: ("deferred", runner))
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker.deferral_blocker, worker.deferred_draft_kv = None, None
+    worker.build_adaptive_runtime_state(worker_module.PLAIN_STEPS, 1)
+    assert worker.deferred_draft_kv == (("deferred", graphs) if graphs and not blocker else None)
+    assert worker.deferral_blocker == (blocker or (None if graphs else NO_GRAPH))
 
 
 def test_warns_when_upstream_skips_the_off_state_draft_extend(monkeypatch, caplog):

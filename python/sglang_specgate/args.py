@@ -25,17 +25,10 @@ logger = logging.getLogger(__name__)
 THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
 DWELL_FLAG = "--speculative-gate-dwell-steps"
 REENABLE_FLAG = "--speculative-gate-reenable-threshold"
-OFF_STEP_FLAG = "--speculative-gate-off-step"
 THRESHOLD_ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
 HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
 DEFAULT_DWELL_STEPS = 8
 GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
-# How the target runs a decode step while the gate is off: upstream's one-token verify on decode
-# kernels (one_token_decode.py), or, opt-in until measured where the off step's host time shows
-# (C = 16, 8B: benchmark/results/2026-12-03-offcost-8b-2.2-low-load-triton), its own decode step
-# and graphs (plain_decode.py).
-OFF_STEP_DECODE, OFF_STEP_VERIFY = "decode", "verify"
-OFF_STEPS = (OFF_STEP_DECODE, OFF_STEP_VERIFY)
 
 
 class SpecGateConfigError(ValueError):
@@ -111,20 +104,6 @@ class GateServerArgs(ServerArgs):
         ),
         NS("spec"),
     ] = None
-    speculative_gate_off_step: A[
-        str,
-        Arg(
-            help=(
-                "How the target runs a decode step while the gate is off. verify (default): "
-                "upstream's one-token verify, its attention on the decode kernels. decode "
-                "(experimental): the target's own decode step and CUDA graphs, as a plain "
-                "server runs it, with less host work a step; not yet measured against verify "
-                "where that matters (low concurrency)."
-            ),
-            choices=list(OFF_STEPS),
-        ),
-        NS("spec"),
-    ] = OFF_STEP_VERIFY
 
     def __post_init__(self):
         # Fields are writable until SGLang's resolution materializes them at the end of
@@ -158,11 +137,6 @@ class GateServerArgs(ServerArgs):
                     f"{REENABLE_FLAG} ({reenable}) must be <= {THRESHOLD_FLAG} "
                     f"({threshold}); lower it or leave it unset."
                 )
-        if self.speculative_gate_off_step not in OFF_STEPS:  # Engine kwargs skip argparse's choices
-            raise SpecGateConfigError(
-                f"{OFF_STEP_FLAG} must be one of {', '.join(OFF_STEPS)}, got "
-                f"{self.speculative_gate_off_step!r}; leave it unset for {OFF_STEP_VERIFY}."
-            )
         self.speculative_disable_batch_threshold = threshold
         self.speculative_gate_dwell_steps = dwell
         self.speculative_gate_reenable_threshold = reenable

@@ -13,49 +13,36 @@ steps (deferred_draft_kv.py) instead of replaying that graph each step, and so d
 off, one row per prompt token, instead of running the draft over the prompt; for that the graph
 is also captured at batch sizes above the decode batch's largest. Switching is upstream's
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
-acceptance EMA. With ``--speculative-gate-off-step decode`` (experimental), plain steps are
-the target's own decode step and graphs instead of the one-token verify, sampled as a plain
-server samples and returned as a one-token verify (plain_decode.py): less host work a step.
-For backends that plan on host sequence lengths (FlashInfer), the worker
+acceptance EMA. For backends that plan on host sequence lengths (FlashInfer), the worker
 records the lengths each forward publishes where the host knows them, so the scheduler need not
 wait for the GPU's copy after a plain step (host_seq_lens.py). What the off state costs against
 a plain server on this code (C = 16-128): benchmark/results/2026-12-03-offcost-8b-2.2-final-triton
-and -final-flashinfer. On Triton the target's own decode step was measured no faster than the
-one-token verify at C = 128 (2026-12-02-offcost-8b-2.2-c128-three-way); FlashInfer, whose off
-step is bound by the host, is where it is measured next (benchmark/plans/off_step_ab.sh).
+and -final-flashinfer. The target's own decode step instead of the one-token verify was measured
+no faster, on Triton at C = 128 (2026-12-02-offcost-8b-2.2-c128-three-way) and on FlashInfer at
+C = 64, where the off step's host time binds (2026-12-04-flashinfer-c64-off-step-ab: 12 % fewer
+host calls a step, throughput and each prefill's cost unchanged), and removed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections import deque
 from types import SimpleNamespace
 
-import torch
 from sglang.srt.environ import envs
 from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
 from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
-from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
-from sglang.srt.speculative.spec_utils import record_stream_for_v2_verify
 
 from sglang_specgate import host_seq_lens
-from sglang_specgate.args import OFF_STEP_DECODE, THRESHOLD_FLAG, SpecGateConfigError, host_seq_lens_enabled
+from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError, host_seq_lens_enabled
 from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture_write_sizes, why_not_deferred
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
-from sglang_specgate.plain_decode import (
-    PlainDecodeGraphRunner,
-    as_one_token_verify,
-    decode_view,
-    target_decode_graphs,
-    why_not_plain,
-)
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.reenable import ReenableAcceptance
 
@@ -140,11 +127,6 @@ class GateController(AdaptiveController):
 
 
 class GatedEAGLEWorkerV2(EAGLEWorkerV2):
-    _step_decided = False  # this step's gate decision is taken (forward_batch_generation)
-    # Whether plain steps decode with the target's decode graphs (plain_decode.py), known once
-    # the steps-0 state is built; until then, and without it, they run upstream's one-token verify.
-    plain_decode = False
-
     def __init__(self, server_args, *args, **kwargs):
         super().__init__(server_args, *args, **kwargs)
         self.gate = SpecGatePolicy(server_args.gate_config())
@@ -157,7 +139,6 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
         self.deferred_draft_kv: DeferredDraftKV | None = None  # set when the steps-0 state is built
         self.deferral_blocker: str | None = None  # why plain steps extend the draft every step
-        self.off_step = server_args.speculative_gate_off_step  # what plain steps should run
         # Instance attribute: upstream's decode path calls the draft worker's method by name.
         self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
         self._draft_worker._draft_extend_for_decode = self._draft_extend_for_decode
@@ -177,7 +158,6 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         return {
             **self.gate.snapshot(),
             "fast_off_path": self.fast_off_path,
-            "off_target_step": "decode" if self.plain_decode else "verify",
             "off_draft_extend": "skipped" if self.skips_off_draft_extend else self.off_draft_extend,
             "deferred_draft_kv": self.deferred_draft_kv.snapshot() if self.deferred_draft_kv else None,
             "reenable_acceptance": self.gate_params.reenable_acceptance.snapshot(),
@@ -191,33 +171,18 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             return super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
-        with (
-            self._one_token_backends_use_decode_kernels(),
-            target_decode_graphs(self._plain_steps_decode),
-        ):
+        with self._one_token_backends_use_decode_kernels():
             state = super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
-        self.plain_decode = isinstance(state.target_graph_runner, PlainDecodeGraphRunner)
-        if self._settle_deferral_blocker():
+        runner = state.cuda_graph_runner_for_draft_extend
+        if runner is None and not self.deferral_blocker:
+            self.deferral_blocker = NO_GRAPH
+        if self.deferral_blocker:
             logger.info("spec gate: plain steps extend the draft every step: %s", self.deferral_blocker)
         else:
-            self.deferred_draft_kv = DeferredDraftKV(state.cuda_graph_runner_for_draft_extend)
+            self.deferred_draft_kv = DeferredDraftKV(runner)
         return state
-
-    def _settle_deferral_blocker(self) -> str | None:
-        """Why plain steps extend the draft every step, or None if they defer their draft KV;
-        asked once the steps-0 state's draft graphs are captured (or were not): the capture's
-        own reason, else NO_GRAPH where it left no one-token draft-extend graph to write with."""
-        if self.deferral_blocker is None and self._draft_worker.cuda_graph_runner_for_draft_extend is None:
-            self.deferral_blocker = NO_GRAPH
-        return self.deferral_blocker
-
-    def _plain_steps_decode(self) -> bool:
-        """Asked while the steps-0 state is built, once its draft graphs are captured: plain
-        steps decode where --speculative-gate-off-step asks it and their draft KV can be
-        deferred, for they run no draft extend of their own."""
-        return self.off_step == OFF_STEP_DECODE and self._settle_deferral_blocker() is None
 
     def init_attention_backends(self) -> None:
         super().init_attention_backends()
@@ -233,58 +198,22 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         ):
             host_seq_lens.install(self.req_to_token_pool.req_to_token.shape[0], self.gate.speculates_next)
 
-    def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
-        """Decode steps while off decode plainly where plain_decode.py can (opt-in); the rest is
-        upstream's. With the host-lengths mirror, each publish also records its lengths."""
+    def forward_batch_generation(self, batch, on_publish=None, **kwargs):
         mirror = host_seq_lens.mirror
-        prefill = host_seq_lens.is_prefill(batch)  # before verify relabels the batch
         if on_publish is not None and mirror is not None:
             publish = on_publish
+            prefill = host_seq_lens.is_prefill(batch)  # before verify relabels the batch
 
             def on_publish(new_seq_lens):
                 publish(new_seq_lens)
-                # Read when the step publishes, after activate_step_by_batch chose it.
+                # Read when upstream publishes, after activate_step_by_batch chose the step.
                 plain = self.speculative_num_steps == PLAIN_STEPS
                 mirror.published(batch.req_pool_indices_cpu,
                                  host_seq_lens.published_lengths(batch, prefill, plain))
 
-        upstream = functools.partial(super().forward_batch_generation, batch,
-                                     on_publish=on_publish, grammar_barrier=grammar_barrier)
-        if not self.plain_decode or prefill or why_not_plain(batch):
-            return upstream()
-        self.activate_step_by_batch(batch.seq_lens.shape[0])  # the step's one gate decision
-        if self.speculative_num_steps == PLAIN_STEPS:
-            return self._plain_decode_step(batch, on_publish)
-        self._step_decided = True  # upstream's decode path asks again: answered above
-        try:
-            return upstream()
-        finally:
-            self._step_decided = False
-
-    def _plain_decode_step(self, batch, on_publish):
-        """The target's decode forward and sampling for the batch, published as upstream's
-        verify publishes (before any draft work), then the deferred draft KV rows."""
-        # The forward stream reads these batch tensors, and the slots below replace the batch's
-        # out_cache_loc: what upstream's verify marks for the caching allocator, marked alike.
-        forward_stream = torch.get_device_module(batch.seq_lens.device).current_stream()
-        record_stream_for_v2_verify(batch, None, forward_stream)
-        view = decode_view(batch, self.req_to_token_pool.req_to_token)
-        # The step's KV slots: SGLang's unified-memory bookkeeping and the deferred rows read them.
-        batch.out_cache_loc = view.out_cache_loc
-        decoded = self._target_worker.forward_batch_generation(view, capture_hidden_mode=CaptureHiddenMode.FULL)
-        result = as_one_token_verify(decoded, batch)
-        if on_publish is not None:
-            on_publish(result.new_seq_lens)
-        if self.skips_off_draft_extend:  # as upstream's steps-0 path honours it
-            self._stub_skipped_draft_extend(batch, result)
-        else:
-            with self._draft_contexts():
-                self._draft_extend_for_decode(batch, result)
-        return result
+        return super().forward_batch_generation(batch, on_publish=on_publish, **kwargs)
 
     def activate_step_by_batch(self, batch_size: int) -> None:
-        if self._step_decided:
-            return
         super().activate_step_by_batch(batch_size)
         if self.speculative_num_steps != PLAIN_STEPS:
             self._write_deferred_draft_kv()  # the draft is about to read its cache
@@ -333,18 +262,13 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         deferred = self.deferred_draft_kv
         if deferred is None or not deferred.rows:
             return
-        with self._draft_contexts():
-            deferred.write_all()
-
-    @contextlib.contextmanager
-    def _draft_contexts(self):
         draft = self._draft_worker
         with (
             draft.draft_tp_context(draft.draft_runner.tp_group),
             speculative_moe_backend_context(),
             speculative_moe_a2a_backend_context(),
         ):
-            yield
+            deferred.write_all()
 
     @contextlib.contextmanager
     def _one_token_backends_use_decode_kernels(self):
