@@ -259,23 +259,47 @@ def host_calls_per_step(trace) -> dict:
     driver calls) the scheduler made in that span, and how long it held the host, medians over
     the trace, from a trace with CPU activity. Unlike host time, the count does not depend on
     how fast the host ran: in one FlashInfer A/B the gate's off step made 3.2x the calls of
-    plain's decode step on either host (benchmark/results/2026-12-03-flashinfer-c128-start-order)."""
+    plain's decode step on either host (benchmark/results/2026-12-03-flashinfer-c128-start-order).
+    ``top_level_calls_by_span`` says where they were made: the calls not nested in another
+    call, by the innermost annotated span around each (``span_kind``), mean a step, so that
+    work done every few steps (the gate's draft KV writes) counts by its share. At C = 64 on
+    FlashInfer it showed most of the off step's extra calls outside its forward, in
+    upstream's spec-v2 step (benchmark/results/2026-12-04-flashinfer-c64-off-step-ab)."""
     events = events_of(trace)
     annotations = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X" and "dur" in e]
-    calls = sorted((e["tid"], e["ts"]) for e in events
-                   if e.get("cat") in HOST_OPS_AND_CALLS and e.get("ph") == "X")
+    host_ops = sorted((e for e in events if e.get("cat") in HOST_OPS_AND_CALLS and e.get("ph") == "X"),
+                      key=lambda e: (e["tid"], e["ts"], -e.get("dur", 0)))
+    calls = [(e["tid"], e["ts"]) for e in host_ops]
+    top_level = _top_level(host_ops)
+    spans = spans_by_thread(events, "user_annotation")
     steps = sorted((e["tid"], e["ts"], span_kind(e["name"])) for e in annotations if e["name"].startswith("step["))
     by_kind: dict = {}
+    where_by_kind: dict = {}
     for span in (e for e in annotations if e["name"] == STEP_SPAN):
         first, last = (span["tid"], span["ts"]), (span["tid"], span["ts"] + span["dur"])
         inner = steps[bisect.bisect_left(steps, first):bisect.bisect_right(steps, (*last, "~"))]
         if inner:
             count = bisect.bisect_right(calls, last) - bisect.bisect_left(calls, first)
             by_kind.setdefault(inner[0][2], []).append((count, span["dur"] / 1e3))
+            where = where_by_kind.setdefault(inner[0][2], Counter())
+            for tid, ts in top_level[bisect.bisect_left(top_level, first):bisect.bisect_right(top_level, last)]:
+                where[span_kind(next(spans[tid].open_at(ts)))] += 1
     return {"host_calls_per_step": [
         {"step": kind, "steps": len(seen), "calls": statistics.median(c for c, _ in seen),
-         "host_ms": statistics.median(ms for _, ms in seen)}
+         "host_ms": statistics.median(ms for _, ms in seen),
+         "top_level_calls_by_span": {name: round(n / len(seen), 1) for name, n in where_by_kind[kind].most_common()}}
         for kind, seen in sorted(by_kind.items(), key=lambda item: -len(item[1]))]}
+
+
+def _top_level(host_ops: list[dict]) -> list[tuple]:
+    """(tid, ts) of the host calls no other call on their thread holds, from ``host_ops`` sorted
+    by thread, start and longest first."""
+    top, held_until = [], {}
+    for e in host_ops:
+        if e["ts"] >= held_until.get(e["tid"], float("-inf")):
+            top.append((e["tid"], e["ts"]))
+            held_until[e["tid"]] = e["ts"] + e.get("dur", 0)
+    return top
 
 
 def summarize_trace(trace: dict, steps: int) -> dict:

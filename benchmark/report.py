@@ -445,10 +445,16 @@ def host_pace_table(profiles: dict[str, dict]) -> Optional[str]:
 
 def host_calls_table(profiles: dict[str, dict]) -> Optional[str]:
     """With --profile-host: per configuration and kind of forward step, the host calls the
-    scheduler made around one and how long it held the host, medians."""
-    rows = [[name, f"`{s['step']}`", str(s["steps"]), fmt(s["calls"], 0), fmt(s["host_ms"], 2)]
+    scheduler made around one and how long it held the host, medians, and where its top-level
+    calls were made (traces summarized before that split have none: –)."""
+    def where(step: dict) -> str:
+        spans = step.get("top_level_calls_by_span")
+        return " · ".join(f"`{span}` {fmt(n, 1)}" for span, n in spans.items()) if spans else "–"
+
+    rows = [[name, f"`{s['step']}`", str(s["steps"]), fmt(s["calls"], 0), fmt(s["host_ms"], 2), where(s)]
             for name, p in profiles.items() for s in p.get("host_calls_per_step") or ()]
-    return md_table(["config", "step", "steps", "host calls", "host ms"], rows) if rows else None
+    return md_table(["config", "step", "steps", "host calls", "host ms", "top-level calls by span, mean a step"],
+                    rows) if rows else None
 
 
 def prefill_interval_table(profiles: dict[str, dict]) -> str:
@@ -619,7 +625,9 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                       "included, and CUDA calls) in each `scheduler.run_batch` holding a step of "
                       "that kind, and how long it held the host, medians "
                       "(`kernel_profile.host_calls_per_step`). The count does not depend on how "
-                      "fast the host ran; the time does, and is recorded, as above.", calls]
+                      "fast the host ran; the time does, and is recorded, as above. By span: the "
+                      "calls no other call holds, by the innermost annotated span around each, "
+                      "mean a step (work done every few steps counts by its share).", calls]
     if "prefill" in res.profiles:
         parts += ["## Prefill wave profile (`--profile-prefill`)",
                   profile_table(res.profiles["prefill"], "wave", with_busy=False),

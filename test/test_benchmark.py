@@ -1004,8 +1004,13 @@ def test_host_calls_per_step_counts_the_calls_around_each_kind_of_step() -> None
     other_thread = host("cpu_op", "aten::view", 1030, 1) | {"tid": 2}
     trace["traceEvents"].append(other_thread)
     assert kernel_profile.host_calls_per_step(trace) == {"host_calls_per_step": [
-        {"step": "step[DECODE]", "steps": 2, "calls": 4, "host_ms": pytest.approx(0.325)},  # 6 and 2
-        {"step": "step[EXTEND]", "steps": 1, "calls": 1, "host_ms": pytest.approx(0.3)},
+        {"step": "step[DECODE]", "steps": 2, "calls": 4, "host_ms": pytest.approx(0.325),  # 6 and 2
+         # top level: the first's launch, copy_, event sync and add, all before or after its
+         # step[...] span (the copy_ holds its stream sync, the add its launch); the second's
+         # aten::to in its step[...] (holding the copy_)
+         "top_level_calls_by_span": {"scheduler.run_batch": 2.0, "step[DECODE]": 0.5}},
+        {"step": "step[EXTEND]", "steps": 1, "calls": 1, "host_ms": pytest.approx(0.3),
+         "top_level_calls_by_span": {"scheduler.run_batch": 1.0}},
     ]}
     assert kernel_profile.host_calls_per_step({"traceEvents": [kernel("gemm", 0, 5)]}) == {"host_calls_per_step": []}
 
@@ -1452,9 +1457,11 @@ def test_report_tables_how_fast_each_servers_host_ran_against_plains(run_dir: Pa
 
 
 def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> None:
-    steps = {"plain": [{"step": "step[DECODE]", "steps": 152, "calls": 180.0, "host_ms": 4.19}],
-             "gate-4": [{"step": "step[TARGET_VERIFY]", "steps": 144, "calls": 567.5, "host_ms": 8.04},
-                        {"step": "step[EXTEND]", "steps": 56, "calls": 2870.5, "host_ms": 30.57}]}
+    steps = {"plain": [{"step": "step[DECODE]", "steps": 152, "calls": 180.0, "host_ms": 4.19}],  # summarized before the split
+             "gate-4": [{"step": "step[TARGET_VERIFY]", "steps": 144, "calls": 567.5, "host_ms": 8.04,
+                         "top_level_calls_by_span": {"scheduler.run_batch": 133.5, "spec_gate.write_draft_kv": 24.6}},
+                        {"step": "step[EXTEND]", "steps": 56, "calls": 2870.5, "host_ms": 30.57,
+                         "top_level_calls_by_span": {"step[EXTEND]": 187.2}}]}
     for name, per_step in steps.items():
         trace = host_and_gpu_trace()
         summary = (kernel_profile.summarize_trace(trace, steps=2)
@@ -1463,9 +1470,10 @@ def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> Non
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
     text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     calls = text[text.index("What a forward step cost the host"):]
-    assert "| gate-4 | `step[TARGET_VERIFY]` | 144 | 568 | 8.04 |" in calls
-    assert "| gate-4 | `step[EXTEND]` | 56 | 2,870 | 30.57 |" in calls
-    assert "| plain | `step[DECODE]` | 152 | 180 | 4.19 |" in calls
+    assert ("| gate-4 | `step[TARGET_VERIFY]` | 144 | 568 | 8.04 | `scheduler.run_batch` 133.5 · "
+            "`spec_gate.write_draft_kv` 24.6 |") in calls
+    assert "| gate-4 | `step[EXTEND]` | 56 | 2,870 | 30.57 | `step[EXTEND]` 187.2 |" in calls
+    assert "| plain | `step[DECODE]` | 152 | 180 | 4.19 | – |" in calls
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
