@@ -226,21 +226,22 @@ def test_a_prefill_buffers_one_row_per_prompt_token_as_the_draft_prefill_reads_t
 
 
 def test_prompt_rows_wait_for_the_plain_steps_after_the_prefill():
-    # A small prefill is bound by the host: its rows' write goes to the next plain steps, one
-    # replay's worth (8 rows here) a step, oldest first (2026-12-02-flashinfer-c32-traced).
+    # A small prefill is bound by the host: its rows' write goes to the plain steps after it, one
+    # replay's worth (8 rows here) a step, oldest first (2026-12-02-flashinfer-c32-traced), from
+    # the second on: the GPU waits for the first one's host (2026-12-04-flashinfer-c64-plain-first).
     runner = one_token_runner()
     deferred = DeferredDraftKV(runner)
     a, b = requests(3, 4)
     assert deferred.defer(*Step([a], 10, 10, 0).args)
     assert deferred.defer_prefill(*Prefill([b], prefix_lens=[0], extend_lens=[12], first_loc=60).args)
     assert runner.replays == [] and deferred.rows == 13
-    for i in range(2):
+    for i in range(3):
         assert deferred.defer(*Step([a], 11 + i, 20 + i, 1 + i).args)
-    # The first step found 14 rows and wrote the oldest 8; the second found 7.
-    assert [r["out_cache_loc"][:8].tolist() for r in runner.replays] == [[10, 60, 61, 62, 63, 64, 65, 66]]
-    assert deferred.rows == 7
-    deferred.write_all()  # the rest, in order
-    assert runner.replays[1]["out_cache_loc"][:7].tolist() == [67, 68, 69, 70, 71, 20, 21]
+    # The first step after the prefill found 14 rows and wrote none; the second found 15 and
+    # wrote the oldest 8; the third found 8 and wrote them.
+    assert [r["out_cache_loc"][:8].tolist() for r in runner.replays] == [
+        [10, 60, 61, 62, 63, 64, 65, 66], [67, 68, 69, 70, 71, 20, 21, 22]]
+    assert deferred.rows == 0
 
 
 def test_a_prompt_longer_than_the_buffer_is_written_as_it_fills():
@@ -267,12 +268,27 @@ def test_the_buffers_host_work_is_named_in_a_profile():
     deferred = DeferredDraftKV(runner)
     a, b = requests(3, 4)
     deferred.defer_prefill(*Prefill([b], prefix_lens=[0], extend_lens=[12], first_loc=60).args)
+    assert deferred.defer(*Step([a], 10, 10, 0).args)  # the first step after the prefill: no write
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        assert deferred.defer(*Step([a], 10, 10, 0).args)  # 13 rows buffered: one write
+        assert deferred.defer(*Step([a], 11, 11, 1).args)  # 14 rows buffered: one write
         assert deferred.defer_prefill(*Prefill([b], prefix_lens=[12], extend_lens=[2], first_loc=72).args)
     spans = [e.name for e in profile.events() if e.name.startswith("spec_gate.")]
     assert sorted(spans) == sorted([BUFFER_STEP_SPAN, WRITE_SPAN, BUFFER_PROMPT_SPAN])
     assert len(runner.replays) == 1
+
+
+def test_the_first_plain_step_after_a_prefill_writes_only_if_the_buffer_fills():
+    runner = one_token_runner()  # 8 rows a replay, 32 buffered
+    deferred = DeferredDraftKV(runner)
+    reqs = requests(*range(1, 9))
+    assert deferred.defer_prefill(*Prefill(requests(20), prefix_lens=[0], extend_lens=[20], first_loc=100).args)
+    assert deferred.defer(*Step(reqs, 40, 140, 0).args)  # 28 rows, room left: no write
+    assert runner.replays == [] and deferred.rows == 28
+    assert deferred.defer_prefill(*Prefill(requests(21), prefix_lens=[0], extend_lens=[4], first_loc=150).args)
+    assert deferred.defer(*Step(reqs, 41, 160, 1).args)  # 32 + 8 rows: the full buffer writes 8
+    assert len(runner.replays) == 1 and deferred.rows == 32
+    assert deferred.defer(*Step(reqs, 42, 170, 2).args)  # full again, and not after a prefill
+    assert len(runner.replays) == 3 and deferred.rows == 24  # so its own replay's worth as well
 
 
 def test_a_prefill_without_a_hidden_state_per_token_is_not_buffered():

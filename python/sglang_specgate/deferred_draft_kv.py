@@ -25,7 +25,7 @@ their draft KV:
 - all of them before a draft prefill that is not buffered (speculating, or a prompt the buffer
   cannot take): it reads the cache and writes slots that buffered rows may hold;
 - one replay's worth (``write_rows``, the graph's largest size) by a plain step that finds at
-  least that many buffered;
+  least that many buffered, unless it is the first plain step after a prefill;
 - one replay's worth whenever the buffer is full.
 The buffer holds ``STAGED_WRITES`` replays' worth, so a prefill's rows wait for the plain steps
 after it: there the write's host work overlaps the step's GPU work. Written inside the prefill, it
@@ -33,6 +33,13 @@ did not: a small prefill on FlashInfer is bound by the host, so the GPU waited t
 the host spent buffering and writing its rows (8B, C = 32, each prefill 8 ms dearer than a plain
 server's: benchmark/results/2026-12-02-flashinfer-c32-traced). Staged, it cost 2 ms more than a
 plain server's (benchmark/results/2026-12-02-flashinfer-host-lengths-fixed).
+Not in the first plain step after it, though: the GPU has finished the prefill before the host
+has launched that step, and waits for it. There a prompt's rows (670 a prefill at C = 64, over a
+512-row replay) made 94 % of those steps write, and their host time the longest (8B, FlashInfer,
+C = 64: 6.9 against 5.3 ms traced, benchmark/results/2026-12-04-flashinfer-c64-plain-first).
+With no plain step buffering or writing at all (upstream's skip of the off state's draft extend),
+the gate ran at 1.028x plain there in one run, its prefills as cheap as plain's
+(2026-12-04-flashinfer-c64-skip-draft-kv). So that step writes only if the buffer fills.
 So finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
 reuse is complete. A slot the scheduler frees (finished or retracted requests, radix eviction)
 can be handed to a row buffered later, in the same write: the later row holds the slot's new
@@ -197,6 +204,7 @@ class DeferredDraftKV:
         self.rows_written = 0
         self.writes = 0
         self.prompt_rows = 0  # of those buffered, the rows of prefills while off
+        self.prefilled_since_last_step = False  # the next plain step is the first after a prefill
 
     def snapshot(self) -> dict:
         return {
@@ -211,8 +219,8 @@ class DeferredDraftKV:
     @profile_method(BUFFER_STEP_SPAN)
     def defer(self, batch, result) -> bool:
         """Buffer a plain step's draft-extend rows, then write the oldest replay's worth if that
-        many are buffered; False, buffering nothing, if the rows do not fit one replay or are not
-        one token per request."""
+        many are buffered and the step does not follow a prefill; False, buffering nothing, if
+        the rows do not fit one replay or are not one token per request."""
         bs = len(batch.reqs)
         hidden = result.logits_output.hidden_states
         if (
@@ -228,7 +236,8 @@ class DeferredDraftKV:
                      positions=batch.seq_lens, out_cache_loc=batch.out_cache_loc,
                      req_pool_indices=batch.req_pool_indices, hidden_states=hidden)
         self._publish_read_done()
-        if self.rows >= self.write_rows:
+        after_prefill, self.prefilled_since_last_step = self.prefilled_since_last_step, False
+        if self.rows >= self.write_rows and not after_prefill:
             self._write_oldest(self.write_rows)
         return True
 
@@ -258,6 +267,7 @@ class DeferredDraftKV:
                      hidden_states=hidden)
         # A prefill publishes no read-done event: the scheduler waits for its whole forward.
         self.prompt_rows += n
+        self.prefilled_since_last_step = True
         return True
 
     def _append(self, n: int, **columns: torch.Tensor) -> None:
