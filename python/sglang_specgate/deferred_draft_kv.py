@@ -36,11 +36,12 @@ plain server's (benchmark/results/2026-12-02-flashinfer-host-lengths-fixed).
 Not in the first plain step after it, though: the GPU has finished the prefill before the host
 has launched that step, and waits for it. There a prompt's rows (670 a prefill at C = 64, over a
 512-row replay) made 94 % of those steps write, and their host time the longest (8B, FlashInfer,
-C = 64: 6.9 against 5.3 ms traced, benchmark/results/2026-12-04-flashinfer-c64-plain-first).
+C = 64: 6.9 against 5.2-5.6 ms traced, benchmark/results/2026-12-04-flashinfer-c64-plain-first).
 With no plain step buffering or writing at all (upstream's skip of the off state's draft extend),
-the gate ran at 1.028x plain there in one run, its prefills as cheap as plain's
+the gate ran at 1.028x plain there in one run, each prefill 0.9 ms dearer than plain's
 (2026-12-04-flashinfer-c64-skip-draft-kv). So that step writes only if the buffer fills.
-So finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
+
+Finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
 reuse is complete. A slot the scheduler frees (finished or retracted requests, radix eviction)
 can be handed to a row buffered later, in the same write: the later row holds the slot's new
 owner, so one write keeps only each slot's last row and sends the others to SGLang's padding slot
