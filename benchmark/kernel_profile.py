@@ -251,6 +251,8 @@ def host_pace(trace) -> dict:
 
 
 STEP_SPAN = "scheduler.run_batch"  # the scheduler's span around each forward step it launches
+PREFILL_STEP, DECODE_STEPS = "step[EXTEND]", ("step[DECODE]", "step[TARGET_VERIFY]")  # by span_kind
+AFTER_PREFILL_PLACES = ("first", "second", "third", "later")
 
 
 def host_calls_per_step(trace) -> dict:
@@ -264,7 +266,11 @@ def host_calls_per_step(trace) -> dict:
     call, by the innermost annotated span around each (``span_kind``), mean a step, so that
     work done every few steps (the gate's draft KV writes) counts by its share. At C = 64 on
     FlashInfer it showed most of the off step's extra calls outside its forward, in
-    upstream's spec-v2 step (benchmark/results/2026-12-04-flashinfer-c64-off-step-ab)."""
+    upstream's spec-v2 step (benchmark/results/2026-12-04-flashinfer-c64-off-step-ab).
+    ``host_ms_after_prefill``: the median host ms of the decode steps by their place after the
+    last prefill (first, second, third, later). After a host-bound prefill the GPU waits for the
+    first: there the gate's draft KV writes had made it the longest
+    (benchmark/results/2026-12-04-flashinfer-c64-plain-first)."""
     events = events_of(trace)
     annotations = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X" and "dur" in e]
     host_ops = sorted((e for e in events if e.get("cat") in HOST_OPS_AND_CALLS and e.get("ph") == "X"),
@@ -275,20 +281,31 @@ def host_calls_per_step(trace) -> dict:
     steps = sorted((e["tid"], e["ts"], span_kind(e["name"])) for e in annotations if e["name"].startswith("step["))
     by_kind: dict = {}
     where_by_kind: dict = {}
-    for span in (e for e in annotations if e["name"] == STEP_SPAN):
+    after_prefill: dict = {}
+    steps_since_prefill = None  # None until the trace's first prefill
+    for span in sorted((e for e in annotations if e["name"] == STEP_SPAN), key=lambda e: (e["tid"], e["ts"])):
         first, last = (span["tid"], span["ts"]), (span["tid"], span["ts"] + span["dur"])
         inner = steps[bisect.bisect_left(steps, first):bisect.bisect_right(steps, (*last, "~"))]
         if inner:
+            kind = inner[0][2]
             count = bisect.bisect_right(calls, last) - bisect.bisect_left(calls, first)
-            by_kind.setdefault(inner[0][2], []).append((count, span["dur"] / 1e3))
-            where = where_by_kind.setdefault(inner[0][2], Counter())
+            by_kind.setdefault(kind, []).append((count, span["dur"] / 1e3))
+            where = where_by_kind.setdefault(kind, Counter())
             for tid, ts in top_level[bisect.bisect_left(top_level, first):bisect.bisect_right(top_level, last)]:
                 where[span_kind(next(spans[tid].open_at(ts)))] += 1
+            if kind == PREFILL_STEP:
+                steps_since_prefill = 0
+            elif steps_since_prefill is not None and kind in DECODE_STEPS:
+                steps_since_prefill += 1
+                place = AFTER_PREFILL_PLACES[min(steps_since_prefill, len(AFTER_PREFILL_PLACES)) - 1]
+                after_prefill.setdefault(place, []).append(span["dur"] / 1e3)
     return {"host_calls_per_step": [
         {"step": kind, "steps": len(seen), "calls": statistics.median(c for c, _ in seen),
          "host_ms": statistics.median(ms for _, ms in seen),
          "top_level_calls_by_span": {name: round(n / len(seen), 1) for name, n in where_by_kind[kind].most_common()}}
-        for kind, seen in sorted(by_kind.items(), key=lambda item: -len(item[1]))]}
+        for kind, seen in sorted(by_kind.items(), key=lambda item: -len(item[1]))],
+        "host_ms_after_prefill": {place: statistics.median(after_prefill[place])
+                                  for place in AFTER_PREFILL_PLACES if place in after_prefill}}
 
 
 def _top_level(host_ops: list[dict]) -> list[tuple]:

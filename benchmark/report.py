@@ -457,6 +457,15 @@ def host_calls_table(profiles: dict[str, dict]) -> Optional[str]:
                     rows) if rows else None
 
 
+def after_prefill_table(profiles: dict[str, dict]) -> Optional[str]:
+    """With --profile-host: per configuration, the median host ms of the decode steps by their
+    place after the last prefill (traces summarized before it have none: –)."""
+    places = kernel_profile.AFTER_PREFILL_PLACES
+    rows = [[name, *(fmt(p["host_ms_after_prefill"].get(place), 2) for place in places)]
+            for name, p in profiles.items() if p.get("host_ms_after_prefill")]
+    return md_table(["config", *places], rows) if rows else None
+
+
 def prefill_interval_table(profiles: dict[str, dict]) -> str:
     plain = (profiles.get("plain") or {}).get("prefill_intervals")
     rows = []
@@ -628,6 +637,11 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                       "fast the host ran; the time does, and is recorded, as above. By span: the "
                       "calls no other call holds, by the innermost annotated span around each, "
                       "mean a step (work done every few steps counts by its share).", calls]
+        after = after_prefill_table(res.profiles["level"])
+        if after:
+            parts += ["The host ms of a decode step by its place after the last prefill, medians "
+                      "(`kernel_profile.host_calls_per_step`): after a prefill bound by the host, "
+                      "the GPU waits for the first.", after]
     if "prefill" in res.profiles:
         parts += ["## Prefill wave profile (`--profile-prefill`)",
                   profile_table(res.profiles["prefill"], "wave", with_busy=False),

@@ -865,7 +865,8 @@ def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_pat
     kernel_profile.main()
     assert json.loads(capsys.readouterr().out) == {
         "trace": str(path), "prefills": 1, "median_interval_ms": 2.0, "median_gpu_busy_ms": 0.7,
-        "steps_told_by": "kernel names", "host_pace_us": {}, "host_calls_per_step": []}  # a trace without the host
+        "steps_told_by": "kernel names", "host_pace_us": {}, "host_calls_per_step": [],
+        "host_ms_after_prefill": {}}  # a trace without the host
     with pytest.raises(ValueError, match=r"no prefill between two decode steps \(told apart by kernel names\)"):
         kernel_profile.prefill_interval_summary({"traceEvents": trace["traceEvents"][:3]})
 
@@ -1011,8 +1012,23 @@ def test_host_calls_per_step_counts_the_calls_around_each_kind_of_step() -> None
          "top_level_calls_by_span": {"scheduler.run_batch": 2.0, "step[DECODE]": 0.5}},
         {"step": "step[EXTEND]", "steps": 1, "calls": 1, "host_ms": pytest.approx(0.3),
          "top_level_calls_by_span": {"scheduler.run_batch": 1.0}},
-    ]}
-    assert kernel_profile.host_calls_per_step({"traceEvents": [kernel("gemm", 0, 5)]}) == {"host_calls_per_step": []}
+    ], "host_ms_after_prefill": {}}  # no decode step after the prefill
+    assert kernel_profile.host_calls_per_step({"traceEvents": [kernel("gemm", 0, 5)]}) == {
+        "host_calls_per_step": [], "host_ms_after_prefill": {}}
+
+
+def test_host_ms_after_prefill_places_each_decode_step_after_the_last_prefill() -> None:
+    events = []
+    # decode (before any prefill: not placed), prefill, six decode steps of 1-6 ms, prefill, one of 9
+    kinds = [("DECODE", 3)] + [("EXTEND", 20)] + [("TARGET_VERIFY", ms) for ms in range(1, 7)] + [
+        ("EXTEND", 20), ("TARGET_VERIFY", 9)]
+    t = 0
+    for kind, ms in kinds:
+        events += [host("user_annotation", "scheduler.run_batch", t, ms * 1000),
+                   host("user_annotation", f"step[{kind} bs=4]", t + 1, 10)]
+        t += 100_000
+    placed = kernel_profile.host_calls_per_step({"traceEvents": events})["host_ms_after_prefill"]
+    assert placed == {"first": 5.0, "second": 2.0, "third": 3.0, "later": 5.0}  # first: 1 and 9; later: 4, 5, 6
 
 
 def mixed_steps_trace() -> dict:
@@ -1474,6 +1490,21 @@ def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> Non
             "`spec_gate.write_draft_kv` 24.6 |") in calls
     assert "| gate-4 | `step[EXTEND]` | 56 | 2,870 | 30.57 | `step[EXTEND]` 187.2 |" in calls
     assert "| plain | `step[DECODE]` | 152 | 180 | 4.19 | – |" in calls
+    assert "place after the last prefill" not in calls  # no profile holds it
+
+
+def test_report_tables_the_host_time_of_the_steps_after_a_prefill(run_dir: Path) -> None:
+    placed = {"plain": {"first": 2.73, "second": 2.79, "third": 2.43, "later": 2.58},
+              "gate-4": {"first": 6.87, "second": 5.44, "third": 5.34}}
+    for name, after in placed.items():
+        summary = (kernel_profile.summarize_trace(host_and_gpu_trace(), steps=2)
+                   | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
+                      "host_calls_per_step": [], "host_ms_after_prefill": after})
+        (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
+    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    after = text[text.index("place after the last prefill"):]
+    assert "| gate-4 | 6.87 | 5.44 | 5.34 | – |" in after
+    assert "| plain | 2.73 | 2.79 | 2.43 | 2.58 |" in after
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
