@@ -36,7 +36,7 @@ plain server's (benchmark/results/2026-12-02-flashinfer-host-lengths-fixed).
 Not in the first plain step after it, though: the GPU has finished the prefill before the host
 has launched that step, and waits for it. There a prompt's rows (670 a prefill at C = 64, over a
 512-row replay) made 94 % of those steps write, and their host time the longest (8B, FlashInfer,
-C = 64: 6.9 against 5.2-5.6 ms traced, benchmark/results/2026-12-04-flashinfer-c64-plain-first).
+C = 64: 6.9 against 5.3-5.4 ms traced, benchmark/results/2026-12-04-flashinfer-c64-plain-first).
 With no plain step buffering or writing at all (upstream's skip of the off state's draft extend),
 the gate ran at 1.028x plain there in one run, each prefill 0.9 ms dearer than plain's
 (2026-12-04-flashinfer-c64-skip-draft-kv). So that step writes only if the buffer fills.
