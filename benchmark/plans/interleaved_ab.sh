@@ -1,7 +1,8 @@
 # The gate against plain with both servers resident (sweep.py --interleave), so the two share the
 # host and each round's order alternates, at AB_LEVELS (default 64) on AB_BACKEND (default
-# flashinfer), AB_REPEATS runs a level (default 3) after a warm-up; then, where AB_TESTS is set,
-# the GPU tests it selects (pytest -k, commas for "or") on Triton's 1B pair, short form.
+# flashinfer), AB_REPEATS runs a level (default 3) after a warm-up, traced at AB_PROFILE_LEVEL
+# where set (200 steps, the host recorded: host_ms_after_prefill among the summaries); then, where
+# AB_TESTS is set, the GPU tests it selects (pytest -k, commas for "or") on Triton's 1B pair.
 # - Run on d2cd530 as skip_draft_kv_c64.sh (AB_REPEATS=1, no tests) in what was left of a
 #   session, with upstream's SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 in the plan's environment,
 #   which both servers inherit (plain runs no draft), in one call of 342 s:
@@ -9,9 +10,9 @@
 #   benchmark/results/2026-12-04-flashinfer-c64-skip-draft-kv: 1.028x plain without the plain
 #   steps' draft KV bookkeeping.
 # - Next: the first plain step after a prefill no longer writes (deferred_draft_kv.py), three
-#   runs at C = 64, then the deferral's GPU tests; about 14 device minutes, in a call of 545 s
-#   and a wait:
-#   AB_TESTS=greedy_outputs_identical,gate_switched,reenable_is_warm,prompts_prefilled bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
+#   runs at C = 64 and a traced level, then the deferral's GPU tests; about 16 device minutes, in
+#   a call of 545 s and a wait:
+#   AB_PROFILE_LEVEL=64 AB_TESTS=greedy_outputs_identical,gate_switched,reenable_is_warm,prompts_prefilled bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
@@ -19,6 +20,7 @@ phase "$backend-ab" python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/
   --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
   --configs gate,plain --concurrency "$levels" --prompts-per-concurrency 4 --repeat-levels "${AB_REPEATS:-3}" \
   --warm-up-level "${levels##*,}" --output-len 256 --output-len-spread 0.5 \
+  ${AB_PROFILE_LEVEL:+--profile-level "$AB_PROFILE_LEVEL" --profile-steps 200 --profile-host} \
   -- --attention-backend "$backend" --sampling-backend pytorch --grammar-backend none
 keep_lines "$RESULTS/$backend-ab/logs"
 if [ -n "${AB_TESTS:-}" ]; then
