@@ -110,9 +110,14 @@ case ${1:-} in
     if [ -d "$RESULTS" ] && [ ! -f "$RESULTS/PLAN_DONE" ]; then
       echo "a plan is still running here: bash $JOB/gpu_job.sh wait SECONDS" >&2; exit 1
     fi
+    if ! compgen -G ".gpu/wheels/*.whl" > /dev/null; then
+      echo "no GPU kit in .gpu/wheels: build it (shared/gpu/README.md) and carry .gpu, which git ignores" >&2; exit 1
+    fi
     rm -rf "$RESULTS" && mkdir -p "$RESULTS"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/wheels/*.whl || exit 1
-    python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade --target /tmp/plugin . || exit 1
+    # A failed install leaves no results folder, which the next start would take for a running plan.
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/wheels/*.whl \
+      && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade --target /tmp/plugin . \
+      || { rm -rf "$RESULTS"; exit 1; }
     # Kernels a FlashInfer server would otherwise build at its first start (minutes on a fresh
     # host, and only with the vendored CCCL the kit drops), from an earlier call's $OUT.
     if [ -f .gpu/flashinfer-aot.tar.xz ]; then

@@ -1678,6 +1678,25 @@ def test_gpu_job_plans_pass_their_scripts_options(plan, variables, tmp_path):
         assert any(results.glob("*.err"))  # the dry runs ran
 
 
+def test_gpu_job_start_without_a_working_kit_leaves_no_plan_looking_run(tmp_path):
+    """benchmark/gpu_job.sh start: without the kit (.gpu is git-ignored, so a checkout's copy on
+    the GPU host lacks it unless carried) it says so; with a kit pip refuses, it removes the
+    results folder it made, which the next start would otherwise take for a running plan."""
+    import subprocess
+
+    job = tmp_path / "job"
+    env = {"PATH": "/usr/bin:/bin", "GPU_JOB_DIR": str(job), "OUT": str(tmp_path / "out"), "HOME": str(tmp_path)}
+    start = ["bash", str(BENCH / "gpu_job.sh"), "start", str(BENCH / "plans/interleaved_ab.sh"), "30"]
+    no_kit = subprocess.run(start, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert no_kit.returncode == 1 and "no GPU kit in .gpu/wheels" in no_kit.stderr
+    assert not (job / "results").exists()
+    (tmp_path / ".gpu/wheels").mkdir(parents=True)
+    (tmp_path / ".gpu/wheels/broken-0.1-py3-none-any.whl").write_text("not a wheel")
+    broken = subprocess.run(start, cwd=tmp_path, env=env | {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+                            capture_output=True, text=True)
+    assert broken.returncode == 1 and not (job / "results").exists()
+
+
 def test_gpu_job_runs_a_plan_and_packs_what_it_wrote(tmp_path):
     """benchmark/gpu_job.sh's run and wait (start adds the kit's install, which needs the GPU
     host): the plan's phases run, servers' logs are cut to their lines, $OUT gets the results."""
