@@ -608,40 +608,41 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "GPU waited on the CPU (`kernel_profile.prefill_intervals`: steps told apart by "
                   "the host's step spans with `--profile-host`, else by Triton's kernel names). Kernels in "
                   "`profile-level-<config>.json`."]
-        causes = idle_causes_table(res.profiles["level"])
-        if causes:
-            parts += ["What the host was doing while the GPU paused (`--profile-host`, "
-                      "`kernel_profile.idle_causes`): waited, it had been held by a wait on the "
-                      "GPU (named) that returned inside the pause, then launched; late, no wait "
-                      "held it, it launched late from the span named. The host recording slows "
-                      "the host: these pauses are longer than in an unrecorded level.", causes]
-        host = host_time_table(res.profiles["level"])
-        if host:
-            parts += ["How long each span held the host a step, ms: working (waiting on the GPU) "
-                      "(`kernel_profile.host_time`; inclusive, so `scheduler.run_batch` holds the "
-                      "`step[...]` forwards it launched). The scheduler keeps the GPU fed while its "
-                      "working time a step stays under the GPU's; recorded, as above.", host]
-        pace = host_pace_table(res.profiles["level"])
-        if pace:
-            parts += ["How fast each server's host ran: the median length of host calls that "
-                      "every server's forwards make alike (`kernel_profile.host_pace`), and their "
-                      "geometric mean against plain's. Where it is well above 1.00, that server's "
-                      "host ran slower (a busier or slower core), and its host-bound gaps and host "
-                      "time above say so rather than what its code costs.", pace]
-        calls = host_calls_table(res.profiles["level"])
-        if calls:
-            parts += ["What a forward step cost the host: the host calls (torch ops, nested ones "
-                      "included, and CUDA calls) in each `scheduler.run_batch` holding a step of "
-                      "that kind, and how long it held the host, medians "
-                      "(`kernel_profile.host_calls_per_step`). The count does not depend on how "
-                      "fast the host ran; the time does, and is recorded, as above. By span: the "
-                      "calls no other call holds, by the innermost annotated span around each, "
-                      "mean a step (work done every few steps counts by its share).", calls]
-        after = after_prefill_table(res.profiles["level"])
-        if after:
-            parts += ["The host ms of a decode step by its place after the last prefill, medians "
-                      "(`kernel_profile.host_calls_per_step`): after a prefill bound by the host, "
-                      "the GPU waits for the first.", after]
+        # With --profile-host: where the host went, each table with what it says.
+        for table, caption in (
+            (idle_causes_table,
+             "What the host was doing while the GPU paused (`--profile-host`, "
+             "`kernel_profile.idle_causes`): waited, it had been held by a wait on the "
+             "GPU (named) that returned inside the pause, then launched; late, no wait "
+             "held it, it launched late from the span named. The host recording slows "
+             "the host: these pauses are longer than in an unrecorded level."),
+            (host_time_table,
+             "How long each span held the host a step, ms: working (waiting on the GPU) "
+             "(`kernel_profile.host_time`; inclusive, so `scheduler.run_batch` holds the "
+             "`step[...]` forwards it launched). The scheduler keeps the GPU fed while its "
+             "working time a step stays under the GPU's; recorded, as above."),
+            (host_pace_table,
+             "How fast each server's host ran: the median length of host calls that "
+             "every server's forwards make alike (`kernel_profile.host_pace`), and their "
+             "geometric mean against plain's. Where it is well above 1.00, that server's "
+             "host ran slower (a busier or slower core), and its host-bound gaps and host "
+             "time above say so rather than what its code costs."),
+            (host_calls_table,
+             "What a forward step cost the host: the host calls (torch ops, nested ones "
+             "included, and CUDA calls) in each `scheduler.run_batch` holding a step of "
+             "that kind, and how long it held the host, medians "
+             "(`kernel_profile.host_calls_per_step`). The count does not depend on how "
+             "fast the host ran; the time does, and is recorded, as above. By span: the "
+             "calls no other call holds, by the innermost annotated span around each, "
+             "mean a step (work done every few steps counts by its share)."),
+            (after_prefill_table,
+             "The host ms of a decode step by its place after the last prefill, medians "
+             "(`kernel_profile.host_calls_per_step`): after a prefill bound by the host, "
+             "the GPU waits for the first."),
+        ):
+            made = table(res.profiles["level"])
+            if made:
+                parts += [caption, made]
     if "prefill" in res.profiles:
         parts += ["## Prefill wave profile (`--profile-prefill`)",
                   profile_table(res.profiles["prefill"], "wave", with_busy=False),
