@@ -251,7 +251,6 @@ def host_pace(trace) -> dict:
 
 
 STEP_SPAN = "scheduler.run_batch"  # the scheduler's span around each forward step it launches
-PREFILL_STEP, DECODE_STEPS = "step[EXTEND]", ("step[DECODE]", "step[TARGET_VERIFY]")  # by span_kind
 AFTER_PREFILL_PLACES = ("first", "second", "third", "later")
 
 
@@ -293,9 +292,10 @@ def host_calls_per_step(trace) -> dict:
             where = where_by_kind.setdefault(kind, Counter())
             for tid, ts in top_level[bisect.bisect_left(top_level, first):bisect.bisect_right(top_level, last)]:
                 where[span_kind(next(spans[tid].open_at(ts)))] += 1
-            if kind == PREFILL_STEP:
+            role = step_role(kind)
+            if role == PREFILL:
                 steps_since_prefill = 0
-            elif steps_since_prefill is not None and kind in DECODE_STEPS:
+            elif steps_since_prefill is not None and role == DECODE:
                 steps_since_prefill += 1
                 place = AFTER_PREFILL_PLACES[min(steps_since_prefill, len(AFTER_PREFILL_PLACES)) - 1]
                 after_prefill.setdefault(place, []).append(span["dur"] / 1e3)
@@ -359,8 +359,18 @@ DECODE, PREFILL = "decode", "prefill"
 # With the host recorded: the forward step whose span (SGLang's profile_utils.build_step_span_name,
 # ``step[MODE bs=B]``) launched it, on any attention backend. The gate's off step is a one-token
 # TARGET_VERIFY, a plain server's a DECODE; a speculating gate's drafts are neither.
-STEP_ROLES = (("step[DECODE ", DECODE), ("step[TARGET_VERIFY ", DECODE), ("step[EXTEND ", PREFILL))
-# Without it, on Triton only: its attention kernels by name, extend attention running in
+STEP_ROLES = {"DECODE": DECODE, "TARGET_VERIFY": DECODE, "EXTEND": PREFILL}  # by the span's MODE
+
+
+def step_role(name: str):
+    """A forward step span's role, DECODE or PREFILL, by its MODE (``step[MODE bs=B]``, or
+    span_kind's ``step[MODE]``); None for other spans and modes."""
+    if not name.startswith("step["):
+        return None
+    return STEP_ROLES.get(name[len("step["):].split(" ", 1)[0].removesuffix("]"))
+
+
+# Without the host recorded, on Triton only: its attention kernels by name, extend attention running in
 # prefills only and decode attention in every decode step.
 EXTEND_ATTENTION, DECODE_ATTENTION = "_fwd_kernel", "_fwd_grouped_kernel_stage1"
 KERNEL_ROLES = {DECODE_ATTENTION: DECODE, EXTEND_ATTENTION: PREFILL}
@@ -378,8 +388,7 @@ def roles_by_step(events: list[dict], work: list[dict]) -> list | None:
         launch = launch_of.get(e.get("args", {}).get("correlation"))
         if launch is None or launch["tid"] not in steps:
             return None
-        step = next(steps[launch["tid"]].open_at(launch["ts"]), "")
-        return next((r for prefix, r in STEP_ROLES if step.startswith(prefix)), None)
+        return step_role(next(steps[launch["tid"]].open_at(launch["ts"]), ""))
 
     return [role(e) for e in work]
 

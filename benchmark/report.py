@@ -459,7 +459,7 @@ def host_calls_table(profiles: dict[str, dict]) -> Optional[str]:
 
 def after_prefill_table(profiles: dict[str, dict]) -> Optional[str]:
     """With --profile-host: per configuration, the median host ms of the decode steps by their
-    place after the last prefill (traces summarized before it have none: –)."""
+    place after the last prefill (a place no step reached: –; traces summarized before it: no row)."""
     places = kernel_profile.AFTER_PREFILL_PLACES
     rows = [[name, *(fmt(p["host_ms_after_prefill"].get(place), 2) for place in places)]
             for name, p in profiles.items() if p.get("host_ms_after_prefill")]
