@@ -9,10 +9,12 @@
 #   SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 bash benchmark/gpu_job.sh start benchmark/plans/skip_draft_kv_c64.sh 395
 #   benchmark/results/2026-12-04-flashinfer-c64-skip-draft-kv: 1.028x plain without the plain
 #   steps' draft KV bookkeeping.
-# - Next: the first plain step after a prefill no longer writes (deferred_draft_kv.py), three
-#   runs at C = 64 and a traced level, then the deferral's GPU tests; about 16 device minutes, in
-#   a call of 545 s and a wait:
+# - The first plain step after a prefill no longer writing (deferred_draft_kv.py), on a11ff10, in a
+#   call of 545 s and three waits (the tests took 8.4 minutes):
 #   AB_PROFILE_LEVEL=64 AB_TESTS=greedy_outputs_identical,gate_switched,reenable_is_warm,prompts_prefilled bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
+#   benchmark/results/2026-12-04-flashinfer-c64-deferred-first-write: 0.952x plain, tests passed;
+#   then, in one call of 525 s, AB_LEVELS=128 AB_REPEATS=2 (the same command, 525):
+#   benchmark/results/2026-12-04-flashinfer-c128-deferred-first-write: 0.945x plain.
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda

@@ -39,7 +39,8 @@ has launched that step, and waits for it. There a prompt's rows (670 a prefill a
 C = 64: 6.9 against 5.3-5.4 ms traced, benchmark/results/2026-12-04-flashinfer-c64-plain-first).
 With no plain step buffering or writing at all (upstream's skip of the off state's draft extend),
 the gate ran at 1.028x plain there in one run, each prefill 0.9 ms dearer than plain's
-(2026-12-04-flashinfer-c64-skip-draft-kv). So that step writes only if the buffer fills.
+(2026-12-04-flashinfer-c64-skip-draft-kv). So that step writes only if the buffer fills: 0.952x
+plain over three interleaved runs, from 0.925x (2026-12-04-flashinfer-c64-deferred-first-write).
 
 Finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
 reuse is complete. A slot the scheduler frees (finished or retracted requests, radix eviction)
