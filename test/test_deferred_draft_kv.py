@@ -31,6 +31,7 @@ from sglang_specgate.deferred_draft_kv import (
     why_not_deferred,
 )
 from sglang_specgate.one_token_decode import use_decode_kernels
+from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
 
 HIDDEN = 6  # the target's aux hidden width the draft reads (3 layers x 2 here)
@@ -500,25 +501,21 @@ def test_switching_to_speculation_writes_buffered_rows_before_the_draft_reads_th
     assert len(runner.replays) == 1 and stand_in.calls == ["draft contexts"]
 
 
-def prefill_stand_in(steps, runner, monkeypatch) -> StandInGatedWorker:
+def prefill_stand_in(steps, runner) -> StandInGatedWorker:
     """The gated worker's prefill routing, its draft prefill recording how many writes came
-    before it; upstream's own stubs for the draft outputs, on the CPU."""
-    import sglang.srt.speculative.eagle_worker_v2 as upstream
-
+    before it; its own stubs for the draft outputs, on the CPU."""
     stand_in = StandInGatedWorker(steps, DeferredDraftKV(runner))
     worker = stand_in.worker
     worker._draft_extend_whole_prompt = lambda *args: stand_in.calls.append(
         f"draft prefill after {len(runner.replays)} writes")
     del worker._stub_skipped_draft_extend
-    worker.topk, worker.device = 1, "cpu"
-    # the stubs size the draft's hidden state from its runner, a model on a GPU
-    monkeypatch.setattr(upstream, "get_draft_recurrent_hidden_state_spec", lambda runner: (HIDDEN, torch.bfloat16))
+    worker.plain_step_constants = PlainStepConstants("cpu", 1, HIDDEN, torch.bfloat16)
     return stand_in
 
 
 @pytest.mark.parametrize("steps, buffered", [(PLAIN_STEPS, True), (3, False)])
-def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(steps, buffered, monkeypatch):
-    stand_in = prefill_stand_in(steps, one_token_runner(), monkeypatch)
+def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(steps, buffered):
+    stand_in = prefill_stand_in(steps, one_token_runner())
     deferred = stand_in.worker.deferred_draft_kv
     prefill = Prefill(requests(1, 2), [0, 0], [3, 2], 0)
     draft_input = stand_in.worker._draft_extend_for_prefill(*prefill.args)
@@ -532,11 +529,11 @@ def test_a_prefill_while_off_buffers_its_prompt_instead_of_running_the_draft(ste
 
 
 @pytest.mark.parametrize("buffered", [True, False])
-def test_a_prefill_writes_buffered_rows_first_only_if_its_draft_runs(buffered, monkeypatch):
+def test_a_prefill_writes_buffered_rows_first_only_if_its_draft_runs(buffered):
     """A prefill while off buffers after the rows whose slots it may reuse; a draft prefill
     (here, a prompt without a hidden state per token) reads the cache and writes to it."""
     runner = one_token_runner()
-    stand_in = prefill_stand_in(PLAIN_STEPS, runner, monkeypatch)
+    stand_in = prefill_stand_in(PLAIN_STEPS, runner)
     deferred = stand_in.worker.deferred_draft_kv
     deferred.defer(*Step(requests(1, 2), 0, 10, 0).args)
     batch, hidden, next_token_ids = Prefill(requests(3), [0], [4], 20).args
@@ -548,10 +545,12 @@ def test_a_prefill_writes_buffered_rows_first_only_if_its_draft_runs(buffered, m
 
 
 def test_the_upstream_methods_the_routing_relies_on_exist():
-    # GatedEAGLEWorkerV2 shadows the first two on the draft worker and calls the third; all are
-    # private to SGLang 0.5.17 (hooks.py lists them), so a rename must fail here, not mid-serve.
+    # GatedEAGLEWorkerV2 shadows the first two on the draft worker and overrides the others;
+    # all are private to SGLang 0.5.17 (hooks.py lists them), so a rename must fail here, not
+    # mid-serve.
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
 
     assert callable(EagleDraftWorker._draft_extend_for_decode)
     assert callable(EagleDraftWorker._draft_extend_for_prefill)
     assert callable(EAGLEWorkerV2._stub_skipped_draft_extend)
+    assert callable(EAGLEWorkerV2._build_trivial_verify_input)

@@ -11,7 +11,9 @@ that only writes the draft's KV cache (kv_only_draft.py) and reads one entry (on
 Plain steps then hand their draft-extend rows to a buffer written in one replay every few
 steps (deferred_draft_kv.py) instead of replaying that graph each step, and so do prefills while
 off, one row per prompt token, instead of running the draft over the prompt; for that the graph
-is also captured at batch sizes above the decode batch's largest. Switching is upstream's
+is also captured at batch sizes above the decode batch's largest. The tensors upstream builds
+for every plain step whose values never change (its one-node verify tree, the stand-ins for the
+skipped draft outputs) are built once (plain_step_constants.py). Switching is upstream's
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
 acceptance EMA. For backends that plan on host sequence lengths (FlashInfer), the worker
 records the lengths each forward publishes where the host knows them, so the scheduler need not
@@ -35,6 +37,7 @@ from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, spe
 from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_info import EagleDraftInput
+from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate import host_seq_lens
@@ -43,6 +46,7 @@ from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
+from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.reenable import ReenableAcceptance
 
@@ -139,6 +143,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
         self.deferred_draft_kv: DeferredDraftKV | None = None  # set when the steps-0 state is built
         self.deferral_blocker: str | None = None  # why plain steps extend the draft every step
+        self.plain_step_constants = PlainStepConstants(
+            self.device, self.topk, *get_draft_recurrent_hidden_state_spec(self.draft_worker.draft_runner))
         # Instance attribute: upstream's decode path calls the draft worker's method by name.
         self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
         self._draft_worker._draft_extend_for_decode = self._draft_extend_for_decode
@@ -233,7 +239,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
     def _draft_extend_for_prefill(self, batch, target_hidden_states, next_token_ids, mm_input_embeds=None):
         """The draft worker's prefill extend; while off, the prompt's rows join the buffer
         (deferred_draft_kv.defer_prefill). Its other outputs seed the first draft step after the
-        prefill: while off that step is a plain one, which replaces them with upstream's stubs,
+        prefill: while off that step is a plain one, which replaces them with the stubs,
         so the stubs stand in here too; if the gate turns on first, those requests' first
         speculative step drafts from them, as after any off step."""
         deferred = self.deferred_draft_kv
@@ -254,6 +260,26 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         # runs it inside the draft's contexts, so the write needs none of its own.
         deferred.write_all()
         return self._draft_extend_whole_prompt(batch, target_hidden_states, next_token_ids, mm_input_embeds)
+
+    def _build_trivial_verify_input(self, batch):
+        """Upstream's one-node verify input for a plain step, its tree and mask constants
+        (plain_step_constants.py) where the target's backend keeps no verify mask of its own."""
+        attn_backend = self._target_worker.model_runner.attn_backend
+        if batch.forward_mode.is_idle() or attn_backend.verify_mask is not None:
+            return super()._build_trivial_verify_input(batch)
+        # The mask covers the batch's context as upstream sizes it (eagle_worker_v2.py:1229-1235).
+        if batch.seq_lens_sum is not None:
+            context_tokens = batch.seq_lens_sum
+        elif batch.seq_lens_cpu is not None:
+            context_tokens = int(batch.seq_lens_cpu.sum())
+        else:
+            context_tokens = batch.seq_lens.shape[0] * attn_backend.max_context_len
+        return self.plain_step_constants.one_node_verify_input(
+            batch.spec_info.bonus_tokens, batch.seq_lens, context_tokens)
+
+    def _stub_skipped_draft_extend(self, batch, batch_output) -> None:
+        """Upstream's stand-ins for the draft outputs a plain step leaves unset, as constants."""
+        self.plain_step_constants.stub_draft_outputs(batch_output.next_draft_input, batch.seq_lens.shape[0])
 
     def _write_deferred_draft_kv(self) -> None:
         """Write the buffered rows in the contexts upstream runs every draft forward in
