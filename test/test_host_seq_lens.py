@@ -137,8 +137,9 @@ def test_lengths_the_gpu_contradicts_are_counted_where_the_mirror_served_them(mi
 
 
 def test_the_mirror_stands_down_once_the_host_sees_a_disagreement(mirror, monkeypatch, caplog):
-    # Every resolve looks (on a GPU, every WATCH_EVERY-th); on CPU each copy has landed at once.
-    monkeypatch.setattr(host_seq_lens, "WATCH_EVERY", 1)
+    # Every resolve checks and looks (on a GPU, every CHECK_EVERY-th); on CPU each copy has
+    # landed at once.
+    monkeypatch.setattr(host_seq_lens, "CHECK_EVERY", 1)
     fm = future_map()
     step = batch([1, 2], [10, 20])
     for _ in range(3):  # a publish the mirror keeps missing, as in the bug of 7cf44b6
@@ -150,6 +151,20 @@ def test_the_mirror_stands_down_once_the_host_sees_a_disagreement(mirror, monkey
     assert mirror.snapshot() == {"resolved_on_host": 2, "copied_back": 1, "disagreed": 2, "stood_down": True}
     assert "disagreed with the GPU's" in caplog.text and f"{HOST_SEQ_LENS_ENV}=0" in caplog.text
     assert caplog.text.count("spec gate:") == 1
+
+
+def test_one_served_batch_in_check_every_is_checked_the_first_among_them(mirror, monkeypatch):
+    monkeypatch.setattr(host_seq_lens, "CHECK_EVERY", 4)
+    checked = []
+    monkeypatch.setattr(mirror, "check", lambda device_lengths, host_lengths: checked.append(mirror.resolved_on_host))
+    fm = future_map()
+    for length in range(10, 19):
+        step = batch([1, 2], [length, length + 5])
+        mirror.published(step.req_pool_indices_cpu, published_lengths(step, is_prefill(step), plain_step=True))
+        fm.publish(step.req_pool_indices, step.seq_lens + 1)
+        ours, upstream, _ = resolve_both_ways(fm, [1, 2], [0, 0])
+        assert ours.seq_lens_cpu.tolist() == upstream.seq_lens_cpu.tolist()
+    assert checked == [1, 5, 9] and mirror.resolved_on_host == 9
 
 
 def test_a_step_that_will_speculate_waits_as_upstream_does(mirror):

@@ -204,8 +204,8 @@ HOOKS: tuple[Hook, ...] = (
         "(SpecGatePolicy.speculates_next, a peek that records nothing), call the original with "
         "needs_cpu_seq_lens off (upstream's GPU-only path: stream wait, device gather) and set "
         "seq_lens_cpu and seq_lens_sum from the mirror; otherwise the original unchanged. "
-        "Each batch served is compared with the GPU's lengths on the device; once the host "
-        "sees a disagreement (every 8 batches, without a wait) the mirror stands down. "
+        "One batch served in 8 is compared with the GPU's lengths on the device; once the "
+        "host sees a disagreement (at the next check, without a wait) the mirror stands down. "
         "Inactive without the gate, under PD disaggregation, with "
         "SGLANG_SPEC_GATE_HOST_SEQ_LENS=0, and for backends that need no host lengths (Triton, "
         "FA3).",

@@ -31,12 +31,17 @@ that too-short attention.
 With the fix, FlashInfer returns the probe pair's designed tokens and the device check below
 counted no disagreement in 6,405 plain steps of an 8B sweep
 (benchmark/results/2026-12-02-flashinfer-host-lengths-fixed).
-Speculative steps still take upstream's wait, as they did since that crash. Every batch the mirror
-serves is compared with the GPU's lengths on the device (``check``; ``disagreed`` in /server_info),
-and should one ever disagree, the mirror stands down: an ERROR line, and upstream's copy for every
-batch after (``stood_down``). Wrong lengths cost wrong attention silently, and that bug was found
-only by a model built to notice; this bounds any other to the batches served before the host sees
-the count, without a wait.
+Speculative steps still take upstream's wait, as they did since that crash. One batch in
+CHECK_EVERY the mirror serves is compared with the GPU's lengths on the device (``check``;
+``disagreed`` in /server_info), and should one ever disagree, the mirror stands down: an ERROR line,
+and upstream's copy for every batch after (``stood_down``). Wrong lengths cost wrong attention
+silently, and that bug was found only by a model built to notice; this bounds any other to the
+batches served before the host sees the count, without a wait. A wrong length stays wrong: the
+mirror adds one to it each plain step until a prefill or a speculative step publishes that slot
+again, so checking one batch in CHECK_EVERY catches it a few batches later, as the 7cf44b6 bug
+would have been. Checking every batch cost four launches and a copy a plain step, 0.2 of its 4.2
+ms of traced host time (FlashInfer, C = 64,
+benchmark/results/2026-12-04-flashinfer-c64-deferred-first-write).
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ from sglang_specgate.args import HOST_SEQ_LENS_ENV
 
 logger = logging.getLogger(__name__)
 
-# Every this many batches served, the host reads the device's count of disagreements as copied
-# at its last look, if that copy has landed: a look costs a copy's launch, never a wait.
-WATCH_EVERY = 8
+# One batch in this many that the mirror serves is checked against the GPU's lengths, and at each
+# check the host reads the device's count of disagreements as copied at the last one, if that copy
+# has landed: a look costs a copy's launch, never a wait.
+CHECK_EVERY = 8
 
 # The process's mirror: one scheduler, and so one gated worker, per process (each TP rank has its
 # own, and they record the same lengths). Set by the gated worker; None leaves resolve upstream's.
@@ -97,15 +103,15 @@ class HostSeqLens:
         return self.lengths[req_pool_indices_cpu]
 
     def check(self, device_lengths: torch.Tensor, host_lengths: torch.Tensor) -> None:
-        """Count, on the device, where the lengths the mirror served differ from the GPU's."""
+        """Count, on the device, where the lengths the mirror served differ from the GPU's, and
+        look at the count the last check copied."""
         device = device_lengths.device
         differing = (device_lengths != host_lengths.to(device, non_blocking=True)).sum()
         if self.disagreements is None:
             self.disagreements = torch.zeros((), dtype=torch.int64, device=device)
             self.watched = torch.zeros((), dtype=torch.int64, pin_memory=device.type == "cuda")
         self.disagreements += differing
-        if self.resolved_on_host % WATCH_EVERY == 0:
-            self._watch()
+        self._watch()
 
     def _watch(self) -> None:
         """Stand down if the count copied at the last look says the GPU disagreed; copy it again
@@ -183,6 +189,7 @@ def resolve_with_host_lengths(original, future_map, batch) -> None:
         original(future_map, batch)
     finally:
         future_map.needs_cpu_seq_lens = True
-    mirror.check(batch.seq_lens, lengths)  # the device says whether it was right
+    if (mirror.resolved_on_host - 1) % CHECK_EVERY == 0:  # the first served, then every CHECK_EVERY-th
+        mirror.check(batch.seq_lens, lengths)  # the device says whether it was right
     batch.seq_lens_cpu = lengths
     batch.seq_lens_sum = int(lengths.sum())
