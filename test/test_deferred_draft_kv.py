@@ -278,6 +278,16 @@ def test_the_buffers_host_work_is_named_in_a_profile():
     assert len(runner.replays) == 1
 
 
+def test_a_plain_step_buffers_its_rows_in_two_copies():
+    # One per column was 5 copies and 15 host calls a step, each step
+    # (2026-12-04-flashinfer-c64-deferred-first-write); the index columns go in one copy.
+    deferred = DeferredDraftKV(one_token_runner())
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        assert deferred.defer(*Step(requests(1, 2, 3), 10, 10, 0).args)
+    in_span = [e.name for e in profile.events() if e.cpu_parent is not None and e.cpu_parent.name == BUFFER_STEP_SPAN]
+    assert in_span.count("aten::copy_") == 2 and len(in_span) <= 8, in_span
+
+
 def test_the_first_plain_step_after_a_prefill_writes_only_if_the_buffer_fills():
     runner = one_token_runner()  # 8 rows a replay, 32 buffered
     deferred = DeferredDraftKV(runner)

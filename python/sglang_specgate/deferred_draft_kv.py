@@ -81,6 +81,8 @@ NO_GRAPH = "the one-token draft extend has no CUDA graph"
 # The buffer holds this many replays' worth of rows, so a prefill's prompt rows wait for the plain
 # steps after it instead of being written inside the prefill (see DeferredDraftKV).
 STAGED_WRITES = 4
+# The rows' index columns, in the order of DeferredDraftKV.indices' rows.
+INDEX_COLUMNS = ("input_ids", "positions", "out_cache_loc", "req_pool_indices")
 # One replay writes at least this many rows, whatever the largest decode batch: a replay costs the
 # host about the same at any size, and a prompt's rows come all at once. With 32 requests at most
 # (128-row replays), a prefill's rows took four or five replays, one in each plain step after it,
@@ -185,13 +187,12 @@ class DeferredDraftKV:
         hidden = runner.buffers.hidden_states
         device = hidden.device
 
-        def index_buffer():
-            return torch.zeros((self.capacity,), dtype=torch.int64, device=device)
-
-        self.input_ids = index_buffer()
-        self.positions = index_buffer()
-        self.out_cache_loc = index_buffer()
-        self.req_pool_indices = index_buffer()
+        # One row per index column, so that buffering a step copies its four in one go; each
+        # column (a row here) stays contiguous for the replay's inputs. Five copies a step, one
+        # per column, were 15 of the ~190 top-level host calls of a plain step on FlashInfer at
+        # C = 64 (benchmark/results/2026-12-04-flashinfer-c64-deferred-first-write).
+        self.indices = torch.zeros((len(INDEX_COLUMNS), self.capacity), dtype=torch.int64, device=device)
+        self.input_ids, self.positions, self.out_cache_loc, self.req_pool_indices = self.indices
         self.hidden_states = torch.zeros((self.capacity, hidden.shape[1]), dtype=hidden.dtype, device=device)
         self.no_correct_drafts = torch.zeros((self.write_rows,), dtype=torch.int32, device=device)
         self.one_accepted_token = torch.ones((self.write_rows,), dtype=torch.int32, device=device)
@@ -233,10 +234,8 @@ class DeferredDraftKV:
             or batch.out_cache_loc.numel() != bs
         ):
             return False
-        self._append(bs, input_ids=result.next_token_ids,
-                     # Spec-v2 decode batches hold the length before this step's token: its position.
-                     positions=batch.seq_lens, out_cache_loc=batch.out_cache_loc,
-                     req_pool_indices=batch.req_pool_indices, hidden_states=hidden)
+        # Spec-v2 decode batches hold the length before this step's token: its position.
+        self._append((result.next_token_ids, batch.seq_lens, batch.out_cache_loc, batch.req_pool_indices), hidden)
         self._publish_read_done()
         after_prefill, self.prefilled_since_last_step = self.prefilled_since_last_step, False
         if self.rows >= self.write_rows and not after_prefill:
@@ -262,18 +261,18 @@ class DeferredDraftKV:
         shifted[:-1] = batch.input_ids[1:]
         shifted[starts + lens - 1] = tail_tokens(batch, next_token_ids)
         offsets = torch.repeat_interleave(starts - prefix, lens, output_size=n)
-        self._append(n, input_ids=shifted,
-                     positions=torch.arange(n, dtype=torch.int64, device=device) - offsets,
-                     out_cache_loc=batch.out_cache_loc,
-                     req_pool_indices=torch.repeat_interleave(batch.req_pool_indices, lens, output_size=n),
-                     hidden_states=hidden)
+        self._append((shifted, torch.arange(n, dtype=torch.int64, device=device) - offsets, batch.out_cache_loc,
+                      torch.repeat_interleave(batch.req_pool_indices, lens, output_size=n)), hidden)
         # A prefill publishes no read-done event: the scheduler waits for its whole forward.
         self.prompt_rows += n
         self.prefilled_since_last_step = True
         return True
 
-    def _append(self, n: int, **columns: torch.Tensor) -> None:
-        """Copy ``n`` rows after the buffered ones, writing the oldest whenever the buffer is full."""
+    def _append(self, indices: tuple[torch.Tensor, ...], hidden_states: torch.Tensor) -> None:
+        """Copy rows after the buffered ones, their index columns in INDEX_COLUMNS order,
+        writing the oldest whenever the buffer is full."""
+        indices = torch.stack(indices)  # promoted to int64: the sampled tokens come as int32
+        n = indices.shape[1]
         done = 0
         while done < n:
             if self.rows == self.capacity:
@@ -282,8 +281,8 @@ class DeferredDraftKV:
                 self._move_to_front()
             end = self.start + self.rows
             take = min(n - done, self.capacity - end)
-            for name, values in columns.items():
-                getattr(self, name)[end : end + take].copy_(values[done : done + take])
+            self.indices[:, end : end + take].copy_(indices[:, done : done + take])
+            self.hidden_states[end : end + take].copy_(hidden_states[done : done + take])
             self.rows += take
             done += take
 
@@ -333,10 +332,10 @@ class DeferredDraftKV:
         cost copies of up to three replays' hidden states and about 20 host calls a write
         (0.535 writes a step at C = 128; benchmark/results/2026-12-03-flashinfer-c128-start-order)."""
         rows = slice(self.start, self.start + self.rows)
-        for column in (self.input_ids, self.positions, self.out_cache_loc, self.req_pool_indices,
-                       self.hidden_states):
-            rest = column[rows]
-            column[: self.rows].copy_(rest.clone() if self.rows > self.start else rest)  # overlapping ranges
+        overlapping = self.rows > self.start
+        for front, rest in ((self.indices[:, : self.rows], self.indices[:, rows]),
+                            (self.hidden_states[: self.rows], self.hidden_states[rows])):
+            front.copy_(rest.clone() if overlapping else rest)
         self.start = 0
 
     def _latest_row_per_slot(self, oldest: slice) -> None:
