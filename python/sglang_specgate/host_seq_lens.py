@@ -75,7 +75,7 @@ class HostSeqLens:
         self.resolved_on_host = 0
         self.copied_back = 0
         # Lengths the mirror gave that the GPU's published ones contradict, counted on the device
-        # (created at the first check), so checking every batch it serves costs no wait.
+        # (created at the first check), so a check costs no wait.
         self.disagreements: torch.Tensor | None = None
         # The host's copy of that count, and the event its copy completes: see _watch.
         self.watched: torch.Tensor | None = None
