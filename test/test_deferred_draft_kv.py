@@ -27,6 +27,7 @@ from sglang_specgate.deferred_draft_kv import (
     BUFFER_STEP_SPAN,
     WRITE_SPAN,
     DeferredDraftKV,
+    prompt_rows,
     capture_write_sizes,
     why_not_deferred,
 )
@@ -224,6 +225,25 @@ def test_a_prefill_buffers_one_row_per_prompt_token_as_the_draft_prefill_reads_t
     assert replay["req_pool_indices"][:5].tolist() == [7, 7, 7, 8, 8]
     assert torch.equal(replay["hidden_states"][:5], prefill.hidden)
     assert deferred.snapshot()["prompt_rows"] == 5
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_batch_of_prompts_has_the_rows_its_prompts_have_alone(chunked):
+    # One request takes a shortcut (most prefill batches, and a prefill is bound by the host).
+    a, b = requests(7, 8)
+    together = Prefill([a, b], prefix_lens=[5, 0], extend_lens=[3, 2], first_loc=40,
+                       chunked=b if chunked else None, next_prompt_token=555 if chunked else None)
+    first = Prefill([a], prefix_lens=[5], extend_lens=[3], first_loc=40)
+    second = Prefill([b], prefix_lens=[0], extend_lens=[2], first_loc=43,
+                     chunked=b if chunked else None, next_prompt_token=555 if chunked else None)
+    second.batch.input_ids += 3  # tokens 103-104, as in the batch
+    second.next_token_ids += 1  # the batch's second request samples 901
+    rows = prompt_rows(together.batch, together.next_token_ids)
+    alone = [prompt_rows(p.batch, p.next_token_ids) for p in (first, second)]
+    for column, x, y in zip(rows, *alone):
+        assert column.tolist() == x.tolist() + y.tolist()
+    assert rows[0].tolist() == [101, 102, 900, 104, 555 if chunked else 901]
+    assert rows[1].tolist() == [5, 6, 7, 0, 1] and rows[2].tolist() == [7, 7, 7, 8, 8]
 
 
 def test_prompt_rows_wait_for_the_plain_steps_after_the_prefill():

@@ -177,6 +177,34 @@ def hold_logits_rows(model_runner, rows: int, shared_logits: list) -> None:
                 "(the shared one holds %d)", rows, shared.max_rows)
 
 
+def prompt_rows(batch, next_token_ids) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A prefill batch's draft rows, one per prompt token, as the draft's prefill reads them:
+    the next token in (a request's tail token after its last, tail_tokens), the token's
+    position after its request's cached prefix, and its request's pool index."""
+    n = batch.input_ids.numel()
+    device = batch.input_ids.device
+    shifted = torch.empty_like(batch.input_ids)
+    shifted[:-1] = batch.input_ids[1:]
+    tails = tail_tokens(batch, next_token_ids)
+    if len(batch.extend_lens) == 1:
+        # Most prefill batches hold one request (85 % at C = 64, 70 % at C = 128 on FlashInfer,
+        # benchmark/results/2026-12-04-flashinfer-c*-deferred-first-write), and a prefill is bound
+        # by the host: an arange and a view, where the general case below makes about 15 calls,
+        # two host-to-device copies among them.
+        prefix = batch.prefix_lens[0]
+        shifted[-1:] = tails
+        return (shifted, torch.arange(prefix, prefix + n, dtype=torch.int64, device=device),
+                batch.req_pool_indices.expand(n))
+    # Host lists to the device as upstream's ForwardBatch takes them; nothing below syncs.
+    lens = torch.tensor(batch.extend_lens, dtype=torch.int64).to(device, non_blocking=True)
+    prefix = torch.tensor(batch.prefix_lens, dtype=torch.int64).to(device, non_blocking=True)
+    starts = torch.cumsum(lens, 0) - lens
+    shifted[starts + lens - 1] = tails
+    offsets = torch.repeat_interleave(starts - prefix, lens, output_size=n)
+    return (shifted, torch.arange(n, dtype=torch.int64, device=device) - offsets,
+            torch.repeat_interleave(batch.req_pool_indices, lens, output_size=n))
+
+
 class DeferredDraftKV:
     """The off state's buffered draft-extend rows, oldest first, and their one-replay writes."""
 
@@ -252,17 +280,8 @@ class DeferredDraftKV:
         n = batch.input_ids.numel()
         if hidden is None or tuple(hidden.shape) != (n, self.hidden_states.shape[1]):
             return False
-        device = batch.input_ids.device
-        # Host lists to the device as upstream's ForwardBatch takes them; nothing below syncs.
-        lens = torch.tensor(batch.extend_lens, dtype=torch.int64).to(device, non_blocking=True)
-        prefix = torch.tensor(batch.prefix_lens, dtype=torch.int64).to(device, non_blocking=True)
-        starts = torch.cumsum(lens, 0) - lens
-        shifted = torch.empty_like(batch.input_ids)
-        shifted[:-1] = batch.input_ids[1:]
-        shifted[starts + lens - 1] = tail_tokens(batch, next_token_ids)
-        offsets = torch.repeat_interleave(starts - prefix, lens, output_size=n)
-        self._append((shifted, torch.arange(n, dtype=torch.int64, device=device) - offsets, batch.out_cache_loc,
-                      torch.repeat_interleave(batch.req_pool_indices, lens, output_size=n)), hidden)
+        input_ids, positions, req_pool_indices = prompt_rows(batch, next_token_ids)
+        self._append((input_ids, positions, batch.out_cache_loc, req_pool_indices), hidden)
         # A prefill publishes no read-done event: the scheduler waits for its whole forward.
         self.prompt_rows += n
         self.prefilled_since_last_step = True
