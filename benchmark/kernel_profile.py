@@ -252,6 +252,7 @@ def host_pace(trace) -> dict:
 
 STEP_SPAN = "scheduler.run_batch"  # the scheduler's span around each forward step it launches
 AFTER_PREFILL_PLACES = ("first", "second", "third", "later")
+TOP_LEVEL_OPS = 8  # the top-level calls by span and name that host_calls_per_step lists
 
 
 def host_calls_per_step(trace) -> dict:
@@ -266,6 +267,9 @@ def host_calls_per_step(trace) -> dict:
     work done every few steps (the gate's draft KV writes) counts by its share. At C = 64 on
     FlashInfer it showed most of the off step's extra calls outside its forward, in
     upstream's spec-v2 step (benchmark/results/2026-12-04-flashinfer-c64-off-step-ab).
+    ``top_level_us_by_op``: the same calls by span and name, the TOP_LEVEL_OPS that held the
+    host longest, mean microseconds a step: which calls to cut (the gate's off step at C = 64 on
+    FlashInfer: 2026-12-04-flashinfer-c64-deferred-first-write).
     ``host_ms_after_prefill``: the median host ms of the decode steps by their place after the
     last prefill (first, second, third, later). After a host-bound prefill the GPU waits for the
     first: there the gate's draft KV writes had made it the longest
@@ -275,11 +279,13 @@ def host_calls_per_step(trace) -> dict:
     host_ops = sorted((e for e in events if e.get("cat") in HOST_OPS_AND_CALLS and e.get("ph") == "X"),
                       key=lambda e: (e["tid"], e["ts"], -e.get("dur", 0)))
     calls = [(e["tid"], e["ts"]) for e in host_ops]
-    top_level = _top_level(host_ops)
+    top_level_calls = _top_level(host_ops)
+    top_level = [(e["tid"], e["ts"]) for e in top_level_calls]
     spans = spans_by_thread(events, "user_annotation")
     steps = sorted((e["tid"], e["ts"], span_kind(e["name"])) for e in annotations if e["name"].startswith("step["))
     by_kind: dict = {}
     where_by_kind: dict = {}
+    time_by_kind: dict = {}
     after_prefill: dict = {}
     steps_since_prefill = None  # None until the trace's first prefill
     for span in sorted((e for e in annotations if e["name"] == STEP_SPAN), key=lambda e: (e["tid"], e["ts"])):
@@ -290,8 +296,11 @@ def host_calls_per_step(trace) -> dict:
             count = bisect.bisect_right(calls, last) - bisect.bisect_left(calls, first)
             by_kind.setdefault(kind, []).append((count, span["dur"] / 1e3))
             where = where_by_kind.setdefault(kind, Counter())
-            for tid, ts in top_level[bisect.bisect_left(top_level, first):bisect.bisect_right(top_level, last)]:
-                where[span_kind(next(spans[tid].open_at(ts)))] += 1
+            time = time_by_kind.setdefault(kind, Counter())
+            for call in top_level_calls[bisect.bisect_left(top_level, first):bisect.bisect_right(top_level, last)]:
+                span_name = span_kind(next(spans[call["tid"]].open_at(call["ts"])))
+                where[span_name] += 1
+                time[f"{span_name} > {call['name']}"] += call.get("dur", 0)
             role = step_role(kind)
             if role == PREFILL:
                 steps_since_prefill = 0
@@ -302,19 +311,21 @@ def host_calls_per_step(trace) -> dict:
     return {"host_calls_per_step": [
         {"step": kind, "steps": len(seen), "calls": statistics.median(c for c, _ in seen),
          "host_ms": statistics.median(ms for _, ms in seen),
-         "top_level_calls_by_span": {name: round(n / len(seen), 1) for name, n in where_by_kind[kind].most_common()}}
+         "top_level_calls_by_span": {name: round(n / len(seen), 1) for name, n in where_by_kind[kind].most_common()},
+         "top_level_us_by_op": {name: round(us / len(seen), 1)
+                                for name, us in time_by_kind[kind].most_common(TOP_LEVEL_OPS)}}
         for kind, seen in sorted(by_kind.items(), key=lambda item: -len(item[1]))],
         "host_ms_after_prefill": {place: statistics.median(after_prefill[place])
                                   for place in AFTER_PREFILL_PLACES if place in after_prefill}}
 
 
-def _top_level(host_ops: list[dict]) -> list[tuple]:
-    """(tid, ts) of the host calls no other call on their thread holds, from ``host_ops`` sorted
-    by thread, start and longest first."""
+def _top_level(host_ops: list[dict]) -> list[dict]:
+    """The host calls no other call on their thread holds, from ``host_ops`` sorted by thread,
+    start and longest first."""
     top, held_until = [], {}
     for e in host_ops:
         if e["ts"] >= held_until.get(e["tid"], float("-inf")):
-            top.append((e["tid"], e["ts"]))
+            top.append(e)
             held_until[e["tid"]] = e["ts"] + e.get("dur", 0)
     return top
 

@@ -443,18 +443,29 @@ def host_pace_table(profiles: dict[str, dict]) -> Optional[str]:
     return md_table(["config", *(f"`{call}` µs" for call in kernel_profile.PACE_CALLS), "vs plain"], rows)
 
 
+def listed(values: Optional[dict]) -> str:
+    """A ``{name: number}`` summary as one table cell (traces summarized before it: –)."""
+    return " · ".join(f"`{name}` {fmt(n, 1)}" for name, n in values.items()) if values else "–"
+
+
 def host_calls_table(profiles: dict[str, dict]) -> Optional[str]:
     """With --profile-host: per configuration and kind of forward step, the host calls the
     scheduler made around one and how long it held the host, medians, and where its top-level
-    calls were made (traces summarized before that split have none: –)."""
-    def where(step: dict) -> str:
-        spans = step.get("top_level_calls_by_span")
-        return " · ".join(f"`{span}` {fmt(n, 1)}" for span, n in spans.items()) if spans else "–"
-
-    rows = [[name, f"`{s['step']}`", str(s["steps"]), fmt(s["calls"], 0), fmt(s["host_ms"], 2), where(s)]
+    calls were made."""
+    rows = [[name, f"`{s['step']}`", str(s["steps"]), fmt(s["calls"], 0), fmt(s["host_ms"], 2),
+             listed(s.get("top_level_calls_by_span"))]
             for name, p in profiles.items() for s in p.get("host_calls_per_step") or ()]
     return md_table(["config", "step", "steps", "host calls", "host ms", "top-level calls by span, mean a step"],
                     rows) if rows else None
+
+
+def host_ops_table(profiles: dict[str, dict]) -> Optional[str]:
+    """With --profile-host: per configuration and kind of forward step, the top-level calls
+    that held the host longest, by span and name (traces summarized before 2026-12-04: no row)."""
+    rows = [[name, f"`{s['step']}`", listed(s["top_level_us_by_op"])]
+            for name, p in profiles.items() for s in p.get("host_calls_per_step") or ()
+            if s.get("top_level_us_by_op")]
+    return md_table(["config", "step", "span > call, µs a step"], rows) if rows else None
 
 
 def after_prefill_table(profiles: dict[str, dict]) -> Optional[str]:
@@ -636,6 +647,11 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
              "fast the host ran; the time does, and is recorded, as above. By span: the "
              "calls no other call holds, by the innermost annotated span around each, "
              "mean a step (work done every few steps counts by its share)."),
+            (host_ops_table,
+             "Where that host time went: the top-level calls above by innermost span and "
+             "name, the "
+             f"{kernel_profile.TOP_LEVEL_OPS} that held the host longest, mean µs a step "
+             "(`kernel_profile.host_calls_per_step`), recorded: the calls to cut first."),
             (after_prefill_table,
              "The host ms of a decode step by its place after the last prefill, medians "
              "(`kernel_profile.host_calls_per_step`): after a prefill bound by the host, "

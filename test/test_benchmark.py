@@ -1009,9 +1009,14 @@ def test_host_calls_per_step_counts_the_calls_around_each_kind_of_step() -> None
          # top level: the first's launch, copy_, event sync and add, all before or after its
          # step[...] span (the copy_ holds its stream sync, the add its launch); the second's
          # aten::to in its step[...] (holding the copy_)
-         "top_level_calls_by_span": {"scheduler.run_batch": 2.0, "step[DECODE]": 0.5}},
+         "top_level_calls_by_span": {"scheduler.run_batch": 2.0, "step[DECODE]": 0.5},
+         # the same calls' host time by span and name, us a step: the copy_ of 200 us first
+         "top_level_us_by_op": {"scheduler.run_batch > aten::copy_": 100.0, "scheduler.run_batch > aten::add": 10.0,
+                                "step[DECODE] > aten::to": 5.0, "scheduler.run_batch > cudaLaunchKernel": 2.5,
+                                "scheduler.run_batch > cudaEventSynchronize": 1.0}},
         {"step": "step[EXTEND]", "steps": 1, "calls": 1, "host_ms": pytest.approx(0.3),
-         "top_level_calls_by_span": {"scheduler.run_batch": 1.0}},
+         "top_level_calls_by_span": {"scheduler.run_batch": 1.0},
+         "top_level_us_by_op": {"scheduler.run_batch > aten::empty": 1.0}},
     ], "host_ms_after_prefill": {}}  # no decode step after the prefill
     assert kernel_profile.host_calls_per_step({"traceEvents": [kernel("gemm", 0, 5)]}) == {
         "host_calls_per_step": [], "host_ms_after_prefill": {}}
@@ -1475,7 +1480,9 @@ def test_report_tables_how_fast_each_servers_host_ran_against_plains(run_dir: Pa
 def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> None:
     steps = {"plain": [{"step": "step[DECODE]", "steps": 152, "calls": 180.0, "host_ms": 4.19}],  # summarized before the split
              "gate-4": [{"step": "step[TARGET_VERIFY]", "steps": 144, "calls": 567.5, "host_ms": 8.04,
-                         "top_level_calls_by_span": {"scheduler.run_batch": 133.5, "spec_gate.write_draft_kv": 24.6}},
+                         "top_level_calls_by_span": {"scheduler.run_batch": 133.5, "spec_gate.write_draft_kv": 24.6},
+                         "top_level_us_by_op": {"step[TARGET_VERIFY] > cudaGraphLaunch": 1079.9,
+                                                "scheduler.run_batch > aten::index": 250.9}},
                         {"step": "step[EXTEND]", "steps": 56, "calls": 2870.5, "host_ms": 30.57,
                          "top_level_calls_by_span": {"step[EXTEND]": 187.2}}]}
     for name, per_step in steps.items():
@@ -1490,6 +1497,10 @@ def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> Non
             "`spec_gate.write_draft_kv` 24.6 |") in calls
     assert "| gate-4 | `step[EXTEND]` | 56 | 2,870 | 30.57 | `step[EXTEND]` 187.2 |" in calls
     assert "| plain | `step[DECODE]` | 152 | 180 | 4.19 | – |" in calls
+    ops = text[text.index("Where that host time went"):]
+    assert ("| gate-4 | `step[TARGET_VERIFY]` | `step[TARGET_VERIFY] > cudaGraphLaunch` 1,079.9 · "
+            "`scheduler.run_batch > aten::index` 250.9 |") in text  # only the steps that hold it
+    assert "`step[EXTEND]`" not in ops and "| plain |" not in ops
     assert "place after the last prefill" not in calls  # no profile holds it
 
 
