@@ -428,23 +428,24 @@ def test_the_write_graph_is_captured_above_the_request_pool_up_to_the_draft_widt
     assert use_decode_kernels(draft_backend)
     with capture_write_sizes(4, draft_backend):
         write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)
-        # The runner reads its logits rows from its model runner's buffer: one of 512 rows, for
+        # The runner reads its logits rows from its model runner's buffer: one of 1024 rows, for
         # the capture only.
-        assert pool_of_16.graph_shared_output.max_rows == 512
-        assert pool_of_16.graph_shared_output.get_logits_buffer(32000, rows=512).shape == (512, 32000)
+        assert pool_of_16.graph_shared_output.max_rows == 1024
+        assert pool_of_16.graph_shared_output.get_logits_buffer(32000, rows=1024).shape == (1024, 32000)
     assert pool_of_16.graph_shared_output is shared_logits
     # Four decode steps of 16, then doubled to MIN_WRITE_ROWS: a prompt's rows in one replay.
-    assert write_sizes == decode_sizes + [32, 48, 64, 128, 256, 512]
-    assert draft_backend.kv_indptr.shape == (513,) and draft_backend.kv_indptr.dtype == torch.int32
-    assert draft_backend.qo_indptr.shape == (513,) and draft_backend.window_kv_indptr is None
+    assert write_sizes == decode_sizes + [32, 48, 64, 128, 256, 512, 1024]
+    assert draft_backend.kv_indptr.shape == (1025,) and draft_backend.kv_indptr.dtype == torch.int32
+    assert draft_backend.qo_indptr.shape == (1025,) and draft_backend.window_kv_indptr is None
     assert draft_extend_graphs.get_batch_sizes_to_capture is upstream
     # The runner looks the name up in its module when it is built, so the shadow reaches it.
     assert "get_batch_sizes_to_capture" in EAGLEDraftExtendCudaGraphRunner.__init__.__code__.co_names
 
 
 @pytest.mark.parametrize("largest, draft_width, added", [
-    (128, 4, [256, 384, 512]),  # four decode steps already reach MIN_WRITE_ROWS
-    (48, 3, [96, 144, 288, 512]),  # doubled, the last size clamped to it
+    (256, 4, [512, 768, 1024]),  # four decode steps already reach MIN_WRITE_ROWS
+    (128, 4, [256, 384, 512, 1024]),  # four decode steps, then doubled to it
+    (48, 3, [96, 144, 288, 576, 1024]),  # doubled, the last size clamped to it
     (640, 4, [1280, 1920, 2560]),  # above it: the decode steps alone
 ])
 def test_writes_take_at_least_a_prompts_worth_of_rows(monkeypatch, largest, draft_width, added):

@@ -154,12 +154,12 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
 
     assert seen_widths == [1]
     # Batch sizes up to the server's draft width (4) times the largest decode batch: one
-    # replay writes four full plain steps' draft KV; then doubled up to a prompt's 512 rows
+    # replay writes four full plain steps' draft KV; then doubled up to 1024 rows (a prompt or more)
     # (deferred_draft_kv.py).
-    assert seen_sizes == [upstream_sizes(pool_of_16)[0] + [32, 48, 64, 128, 256, 512]]
+    assert seen_sizes == [upstream_sizes(pool_of_16)[0] + [32, 48, 64, 128, 256, 512, 1024]]
     assert worker.deferral_blocker is None
-    assert worker._draft_worker.draft_extend_attn_backend.kv_indptr.shape == (513,)  # room for the rows
-    assert seen_logits_rows == [512] and pool_of_16.graph_shared_output is shared_logits  # and for their logits
+    assert worker._draft_worker.draft_extend_attn_backend.kv_indptr.shape == (1025,)  # room for the rows
+    assert seen_logits_rows == [1024] and pool_of_16.graph_shared_output is shared_logits  # and for their logits
     assert draft_extend_graphs.get_batch_sizes_to_capture is upstream_sizes
     # The draft's attention reads one entry: its graph is captured one KV split wide; the
     # target's verify reads the whole context and keeps the server's split count.

@@ -88,8 +88,13 @@ INDEX_COLUMNS = ("input_ids", "positions", "out_cache_loc", "req_pool_indices")
 # (128-row replays), a prefill's rows took four or five replays, one in each plain step after it,
 # while the host was furthest behind the GPU (8B, C = 16: 0.37 writes a plain step, 2/3 of the
 # rows prompt rows; benchmark/results/2026-12-03-offcost-8b-2.2-low-load-triton). At C = 128
-# (512-row replays) a write held 511 rows on average.
-MIN_WRITE_ROWS = 512
+# (512-row replays) a write held 511 rows on average. A write held the host 2.1-2.5 ms traced,
+# about 70 host calls and as much Python between them (preparing the graph's inputs and the
+# attention metadata), whatever its rows: at 512 rows, 0.32 writes a plain step at C = 64 and 0.61
+# at C = 128 on FlashInfer (benchmark/results/2026-12-04-flashinfer-c*-deferred-first-write).
+# 1024 rows halve that, for about 130 MB more GPU memory on the 8B pair: 50 MB of buffered hidden
+# states, 13 MB of the graph's own and 65.5 MB of its logits rows (hold_logits_rows).
+MIN_WRITE_ROWS = 1024
 
 
 def why_not_deferred(server_args, draft_worker, draft_reads_one_entry: bool) -> str | None:
@@ -127,8 +132,8 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
     ``steps_per_write`` the server's draft width, the graph holds as many tokens as the
     speculative state's draft-extend graph, and as upstream's own steps-0 graph, captured that
     wide: its token-sized buffers grow back to upstream's sizes. Below MIN_WRITE_ROWS they grow
-    to it (8B: 12.6 MB of hidden states at 512 rows, and the buffer holds STAGED_WRITES writes),
-    and so do its logits rows (hold_logits_rows: 65.5 MB at a 32,000-token draft vocabulary).
+    to it (8B: 25 MB of hidden states at 1024 rows, and the buffer holds STAGED_WRITES writes),
+    and so do its logits rows (hold_logits_rows: 131 MB at a 32,000-token draft vocabulary).
 
     The runner module's name is shadowed for the capture only; the scheduler builds graphs on
     one thread, and nothing else captures meanwhile.

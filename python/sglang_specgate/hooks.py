@@ -94,7 +94,7 @@ HOOKS: tuple[Hook, ...] = (
         "and, where "
         "plain steps defer their draft KV, with the runner module's get_batch_sizes_to_capture "
         "name shadowed to add multiples of the largest decode batch up to the draft width "
-        "and doubled sizes up to 512 rows, "
+        "and doubled sizes up to 1024 rows, "
         "deferred_draft_kv.capture_write_sizes, and the backend's per-request buffers grown "
         "to hold that many rows: Triton's index buffers, FlashInfer's kv_indptr list and "
         "kv_last_page_len, re-pointed in its indices updaters too; the draft runner's "
