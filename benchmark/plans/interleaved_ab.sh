@@ -16,8 +16,9 @@
 #   then, in one call of 525 s, AB_LEVELS=128 AB_REPEATS=2 (the same command, 525):
 #   benchmark/results/2026-12-04-flashinfer-c128-deferred-first-write: 0.945x plain.
 # - Next: the off step's host diet (plain_step_constants.py; one host-length check in 8 batches;
-#   the buffer's index columns in one copy), at C = 16, 32, 64 and 128 in one run, twice each,
-#   then its GPU tests; about 22 device minutes, a call of 545 s and waits of 290:
+#   the buffer's index columns in one copy; a one-request prefill's rows without per-token index
+#   work; 1024-row writes, half as many), at C = 16, 32, 64 and 128 in one run, twice each, then
+#   its GPU tests; about 22 device minutes, a call of 545 s and waits of 290:
 #   AB_LEVELS=16,32,64,128 AB_REPEATS=2 AB_TESTS=greedy_outputs_identical,gate_switched,reenable_is_warm,prompts_prefilled bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
