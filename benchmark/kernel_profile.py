@@ -270,6 +270,10 @@ def host_calls_per_step(trace) -> dict:
     ``top_level_us_by_op``: the same calls by span and name, the TOP_LEVEL_OPS that held the
     host longest, mean microseconds a step: which calls to cut (the gate's off step at C = 64 on
     FlashInfer: 2026-12-04-flashinfer-c64-deferred-first-write).
+    ``gpu_us_by_span``: the GPU work (kernels, copies, memsets) the step span's host calls
+    launched, by the innermost annotated span around each launch, mean microseconds a step: what
+    the gate's draft KV upkeep costs the GPU next to the forward (a 1024-row write, 0.5 ms at 8B:
+    benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced).
     ``host_ms_after_prefill``: the median host ms of the decode steps by their place after the
     last prefill (first, second, third, later). After a host-bound prefill the GPU waits for the
     first: there the gate's draft KV writes had made it the longest
@@ -283,9 +287,14 @@ def host_calls_per_step(trace) -> dict:
     top_level = [(e["tid"], e["ts"]) for e in top_level_calls]
     spans = spans_by_thread(events, "user_annotation")
     steps = sorted((e["tid"], e["ts"], span_kind(e["name"])) for e in annotations if e["name"].startswith("step["))
+    work_us: Counter = Counter()  # by the correlation id of its launching call
+    for item in gpu_work(events):
+        if "correlation" in item.get("args", {}):
+            work_us[item["args"]["correlation"]] += item["dur"]
     by_kind: dict = {}
     where_by_kind: dict = {}
     time_by_kind: dict = {}
+    gpu_by_kind: dict = {}
     after_prefill: dict = {}
     steps_since_prefill = None  # None until the trace's first prefill
     for span in sorted((e for e in annotations if e["name"] == STEP_SPAN), key=lambda e: (e["tid"], e["ts"])):
@@ -301,6 +310,11 @@ def host_calls_per_step(trace) -> dict:
                 span_name = span_kind(next(spans[call["tid"]].open_at(call["ts"])))
                 where[span_name] += 1
                 time[f"{span_name} > {call['name']}"] += call.get("dur", 0)
+            gpu = gpu_by_kind.setdefault(kind, Counter())
+            for call in host_ops[bisect.bisect_left(calls, first):bisect.bisect_right(calls, last)]:
+                correlation = call.get("args", {}).get("correlation")
+                if call["cat"] in HOST_CALLS and work_us.get(correlation):
+                    gpu[span_kind(next(spans[call["tid"]].open_at(call["ts"])))] += work_us[correlation]
             role = step_role(kind)
             if role == PREFILL:
                 steps_since_prefill = 0
@@ -313,7 +327,8 @@ def host_calls_per_step(trace) -> dict:
          "host_ms": statistics.median(ms for _, ms in seen),
          "top_level_calls_by_span": {name: round(n / len(seen), 1) for name, n in where_by_kind[kind].most_common()},
          "top_level_us_by_op": {name: round(us / len(seen), 1)
-                                for name, us in time_by_kind[kind].most_common(TOP_LEVEL_OPS)}}
+                                for name, us in time_by_kind[kind].most_common(TOP_LEVEL_OPS)},
+         "gpu_us_by_span": {name: round(us / len(seen), 1) for name, us in gpu_by_kind[kind].most_common()}}
         for kind, seen in sorted(by_kind.items(), key=lambda item: -len(item[1]))],
         "host_ms_after_prefill": {place: statistics.median(after_prefill[place])
                                   for place in AFTER_PREFILL_PLACES if place in after_prefill}}

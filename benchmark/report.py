@@ -468,6 +468,15 @@ def host_ops_table(profiles: dict[str, dict]) -> Optional[str]:
     return md_table(["config", "step", "span > call, µs a step"], rows) if rows else None
 
 
+def gpu_by_span_table(profiles: dict[str, dict]) -> Optional[str]:
+    """With --profile-host: per configuration and kind of forward step, the GPU time its host
+    spans launched (traces summarized before 2026-12-04: no row)."""
+    rows = [[name, f"`{s['step']}`", listed(s["gpu_us_by_span"])]
+            for name, p in profiles.items() for s in p.get("host_calls_per_step") or ()
+            if s.get("gpu_us_by_span")]
+    return md_table(["config", "step", "span: GPU µs a step"], rows) if rows else None
+
+
 def after_prefill_table(profiles: dict[str, dict]) -> Optional[str]:
     """With --profile-host: per configuration, the median host ms of the decode steps by their
     place after the last prefill (a place no step reached: –; traces summarized before it: no row)."""
@@ -652,6 +661,11 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
              "name, the "
              f"{kernel_profile.TOP_LEVEL_OPS} that held the host longest, mean µs a step "
              "(`kernel_profile.host_calls_per_step`), recorded: the calls to cut first."),
+            (gpu_by_span_table,
+             "What a forward step cost the GPU, by the span that launched it: the kernels, "
+             "copies and memsets launched in each kind of step, by the innermost annotated "
+             "span around the launch, mean µs a step (`kernel_profile.host_calls_per_step`); "
+             "a step's own forward is its `step[...]` span."),
             (after_prefill_table,
              "The host ms of a decode step by its place after the last prefill, medians "
              "(`kernel_profile.host_calls_per_step`): after a prefill bound by the host, "

@@ -996,6 +996,8 @@ def test_host_calls_per_step_counts_the_calls_around_each_kind_of_step() -> None
         host("user_annotation", "scheduler.run_batch", 1000, 100),
         host("user_annotation", "step[DECODE bs=15]", 1010, 60),
         host("cpu_op", "aten::to", 1020, 10), host("cpu_op", "aten::copy_", 1022, 5),  # nested: both
+        host("cuda_runtime", "cudaGraphLaunch", 1028, 1, correlation=7),  # nested in the aten::to
+        launched("graph_node", 1100, 300, correlation=7), launched("graph_node", 1400, 100, correlation=7),
         host("user_annotation", "scheduler.run_batch", 2000, 300),
         host("user_annotation", "step[EXTEND bs=2 toks=40]", 2010, 200),
         host("cpu_op", "aten::empty", 2300, 1),  # at the span's end: inside
@@ -1005,7 +1007,7 @@ def test_host_calls_per_step_counts_the_calls_around_each_kind_of_step() -> None
     other_thread = host("cpu_op", "aten::view", 1030, 1) | {"tid": 2}
     trace["traceEvents"].append(other_thread)
     assert kernel_profile.host_calls_per_step(trace) == {"host_calls_per_step": [
-        {"step": "step[DECODE]", "steps": 2, "calls": 4, "host_ms": pytest.approx(0.325),  # 6 and 2
+        {"step": "step[DECODE]", "steps": 2, "calls": 4.5, "host_ms": pytest.approx(0.325),  # 6 and 3
          # top level: the first's launch, copy_, event sync and add, all before or after its
          # step[...] span (the copy_ holds its stream sync, the add its launch); the second's
          # aten::to in its step[...] (holding the copy_)
@@ -1013,10 +1015,13 @@ def test_host_calls_per_step_counts_the_calls_around_each_kind_of_step() -> None
          # the same calls' host time by span and name, us a step: the copy_ of 200 us first
          "top_level_us_by_op": {"scheduler.run_batch > aten::copy_": 100.0, "scheduler.run_batch > aten::add": 10.0,
                                 "step[DECODE] > aten::to": 5.0, "scheduler.run_batch > cudaLaunchKernel": 2.5,
-                                "scheduler.run_batch > cudaEventSynchronize": 1.0}},
+                                "scheduler.run_batch > cudaEventSynchronize": 1.0},
+         # the second's graph (400 us) in its step[...] span; the first's two launches, the
+         # verify (270 us) and the add (50 us), outside it
+         "gpu_us_by_span": {"step[DECODE]": 200.0, "scheduler.run_batch": 160.0}},
         {"step": "step[EXTEND]", "steps": 1, "calls": 1, "host_ms": pytest.approx(0.3),
          "top_level_calls_by_span": {"scheduler.run_batch": 1.0},
-         "top_level_us_by_op": {"scheduler.run_batch > aten::empty": 1.0}},
+         "top_level_us_by_op": {"scheduler.run_batch > aten::empty": 1.0}, "gpu_us_by_span": {}},
     ], "host_ms_after_prefill": {}}  # no decode step after the prefill
     assert kernel_profile.host_calls_per_step({"traceEvents": [kernel("gemm", 0, 5)]}) == {
         "host_calls_per_step": [], "host_ms_after_prefill": {}}
@@ -1482,7 +1487,8 @@ def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> Non
              "gate-4": [{"step": "step[TARGET_VERIFY]", "steps": 144, "calls": 567.5, "host_ms": 8.04,
                          "top_level_calls_by_span": {"scheduler.run_batch": 133.5, "spec_gate.write_draft_kv": 24.6},
                          "top_level_us_by_op": {"step[TARGET_VERIFY] > cudaGraphLaunch": 1079.9,
-                                                "scheduler.run_batch > aten::index": 250.9}},
+                                                "scheduler.run_batch > aten::index": 250.9},
+                         "gpu_us_by_span": {"step[TARGET_VERIFY]": 8141.2, "spec_gate.buffer_step_rows": 198.4}},
                         {"step": "step[EXTEND]", "steps": 56, "calls": 2870.5, "host_ms": 30.57,
                          "top_level_calls_by_span": {"step[EXTEND]": 187.2}}]}
     for name, per_step in steps.items():
@@ -1501,6 +1507,10 @@ def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> Non
     assert ("| gate-4 | `step[TARGET_VERIFY]` | `step[TARGET_VERIFY] > cudaGraphLaunch` 1,079.9 · "
             "`scheduler.run_batch > aten::index` 250.9 |") in text  # only the steps that hold it
     assert "`step[EXTEND]`" not in ops and "| plain |" not in ops
+    gpu = text[text.index("What a forward step cost the GPU"):]
+    assert ("| gate-4 | `step[TARGET_VERIFY]` | `step[TARGET_VERIFY]` 8,141.2 · "
+            "`spec_gate.buffer_step_rows` 198.4 |") in gpu
+    assert "`step[EXTEND]`" not in gpu and "| plain |" not in gpu
     assert "place after the last prefill" not in calls  # no profile holds it
 
 
