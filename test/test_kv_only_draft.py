@@ -6,6 +6,7 @@ plays it here; test/gpu runs the real one."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,7 @@ from sglang_specgate.kv_only_draft import (
     KV_ONLY,
     KV_STORE,
     StoreKVOnly,
+    computes_kv_columns_alone,
     kv_only_draft_forward,
     stores_kv_alone,
     supports_kv_only,
@@ -39,6 +41,10 @@ class Head(torch.nn.Module):
 class Processor:
     use_fp32_lm_head = False
     _compute_lm_head = LogitsProcessor._compute_lm_head  # the upstream method being shadowed
+
+    def _get_logits(self, hidden_states, lm_head, logits_metadata, embedding_bias=None, use_logits_buffer=True):
+        """Upstream's, with one rank and no buffer: the lm_head's logits (logits_processor.py:707)."""
+        return self._compute_lm_head(hidden_states, lm_head, embedding_bias)
 
 
 def draft(head=None):
@@ -67,6 +73,23 @@ def test_skips_the_last_mlp_and_the_lm_head_gemm_while_capturing():
     assert "_compute_lm_head" not in vars(model.logits_processor)
 
 
+def test_hands_out_the_graphs_logits_buffer_as_it_is():
+    model = draft()
+    hidden = torch.randn(5, HIDDEN, dtype=torch.bfloat16)
+    buffer = torch.full((5, VOCAB_SHARD), 7.0)  # what another graph left there
+    processor = model.logits_processor
+    with kv_only_draft_forward(model):
+        assert processor._get_logits(hidden, model.lm_head, SimpleNamespace(next_token_logits_buffer=buffer)) is buffer
+        # no buffer, one of other rows, or none asked for: upstream's path, over zero logits
+        for metadata, use_buffer in ((SimpleNamespace(next_token_logits_buffer=None), True),
+                                     (SimpleNamespace(next_token_logits_buffer=buffer[:4]), True),
+                                     (SimpleNamespace(next_token_logits_buffer=buffer), False)):
+            logits = processor._get_logits(hidden, model.lm_head, metadata, use_logits_buffer=use_buffer)
+            assert logits.shape == (5, VOCAB_SHARD) and not logits.any()
+    assert "_get_logits" not in vars(processor)
+    assert torch.equal(buffer, torch.full((5, VOCAB_SHARD), 7.0))  # never written
+
+
 def test_restores_the_model_when_capture_fails():
     model = draft()
     mlp = model.model.layers[-1].mlp
@@ -75,6 +98,7 @@ def test_restores_the_model_when_capture_fails():
             raise RuntimeError("capture failed")
     assert model.model.layers[-1].mlp is mlp
     assert "_compute_lm_head" not in vars(model.logits_processor)
+    assert "_get_logits" not in vars(model.logits_processor)
 
 
 class PackedInt4:
@@ -154,6 +178,18 @@ def test_the_last_attention_stays_where_the_backends_store_otherwise():
         assert isinstance(model.model.layers[-1].self_attn.attn, RadixAttention)
 
 
+def test_the_qkv_projection_stays_whole_unless_it_is_sglangs_plain_gemm():
+    # SGLang's QKVParallelLinear needs its tensor-parallel group: the real one is checked in
+    # test_sglangs_eagle3_draft_has_what_the_trim_replaces
+    model = attending_draft()
+    self_attn = model.model.layers[-1].self_attn
+    self_attn.qkv_proj = torch.nn.Linear(HIDDEN, (HEADS + 2 * KV_HEADS) * HEAD_DIM, bias=False)
+    self_attn.q_size, self_attn.kv_size = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    assert not computes_kv_columns_alone(self_attn)
+    with kv_only_draft_forward(model, kv_pool(), SimpleNamespace()) as computed:
+        assert computed == KV_STORE and isinstance(self_attn.qkv_proj, torch.nn.Linear)
+
+
 REAL_DRAFT = """
 import json, sys, types
 import torch
@@ -175,7 +211,7 @@ init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
 initialize_model_parallel(1)
 from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
-from sglang_specgate.kv_only_draft import stores_kv_alone, supports_kv_only
+from sglang_specgate.kv_only_draft import kv_only_draft_forward, stores_kv_alone, supports_kv_only
 config = AutoConfig.from_pretrained(sys.argv[2])
 draft = LlamaForCausalLMEagle3(config)
 attention = draft.model.layers[-1].self_attn.attn
@@ -184,6 +220,20 @@ pool = MHATokenToKVPool(size=8, page_size=1, dtype=torch.bfloat16, head_num=atte
                         start_layer=attention.layer_id, enable_alt_stream=False)
 print("supports", supports_kv_only(draft), type(draft.model.layers[-1].mlp).__name__,
       "stores", stores_kv_alone(draft, pool, None))
+self_attn = draft.model.layers[-1].self_attn
+projection, qkv = self_attn.o_proj, self_attn.qkv_proj
+rows = torch.zeros((3, self_attn.attn.tp_q_head_num * self_attn.attn.v_head_dim), dtype=projection.weight.dtype)
+torch.nn.init.normal_(qkv.weight)  # built empty
+layer_input = torch.randn((3, qkv.weight.shape[1]), dtype=qkv.weight.dtype)
+full_qkv = qkv(layer_input)[0]
+with kv_only_draft_forward(draft, pool, types.SimpleNamespace()) as computed:
+    out, bias = self_attn.o_proj(rows)
+    print("computes", computed, type(self_attn.o_proj).__name__, tuple(out.shape), bool(out.any()), bias,
+          "full", tuple(projection(rows)[0].shape))
+    kv_only, bias = self_attn.qkv_proj(layer_input)
+    print("qkv", type(self_attn.qkv_proj).__name__, kv_only.shape == full_qkv.shape, bias,
+          torch.allclose(kv_only[:, self_attn.q_size:], full_qkv[:, self_attn.q_size:], rtol=1e-4, atol=1e-4))
+print("restored", self_attn.o_proj is projection, self_attn.qkv_proj is qkv, type(self_attn.attn).__name__)
 """
 
 
@@ -201,3 +251,9 @@ def test_sglangs_eagle3_draft_has_what_the_trim_replaces(eagle_argv, model_dirs)
     result = run_python(["-c", REAL_DRAFT, json.dumps(eagle_argv), model_dirs[1], str(port)])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "supports True LlamaMLP stores True" in result.stdout
+    # the last layer's o_proj makes the zeros its GEMM would, of its output's shape, while capturing
+    hidden = json.loads((Path(model_dirs[1]) / "config.json").read_text())["hidden_size"]
+    assert f"computes kv-store ZeroProjection (3, {hidden}) False None full (3, {hidden})" in result.stdout
+    # its qkv_proj computes the K and V columns alone, as the full GEMM does
+    assert "qkv KVColumnsOnly True None True" in result.stdout
+    assert "restored True True RadixAttention" in result.stdout

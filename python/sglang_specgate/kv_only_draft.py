@@ -11,9 +11,10 @@ extend was most of what the off state still cost against a plain server
 So the one-token draft-extend graph is captured with the last decoder layer's MLP and the lm_head
 GEMM replaced by no-ops. The KV cache the graph writes is unchanged: a layer's KV depends only on
 that layer's input, which neither skipped op feeds. The first draft step after re-enabling then
-drafts from an approximate hidden state and zero logits, which costs at most that one step's
-acceptance; its own draft extend runs the full speculative graph and restores both. For the
-same reason the draft's attention reads one cached token while off (one_token_decode.py).
+drafts from an approximate hidden state and logits the graph did not compute, which costs at
+most that one step's acceptance; its own draft extend runs the full speculative graph and
+restores both. For the same reason the draft's attention reads one cached token while off
+(one_token_decode.py).
 
 The last layer's attention output feeds only that MLP and the hidden state, so where the KV pool
 is SGLang's plain one, the attention itself is replaced by the store of the rows' K and V that
@@ -21,6 +22,16 @@ the backends make before attending (StoreKVOnly, "kv-store"). On FlashInfer that
 reading one entry a row, was a quarter of each 512-row write's GPU time (102 of 409 us,
 benchmark/results/2026-12-03-flashinfer-c128-start-order), and the writes about the whole of a
 decode step's cost over plain's.
+
+Then the Q columns of its QKV projection feed nothing: where that projection is a plain
+unquantized GEMM without a bias, it computes the K and V columns only (KVColumnsOnly). Its output
+projection only maps StoreKVOnly's zeros to zeros: without a bias it is replaced by those zeros
+(ZeroProjection). And the zero logits were still a fill of rows x vocabulary and a
+copy of it into the graph runner's logits buffer: the graph hands out that buffer as it is instead
+(whatever it holds: zeros where the writes hold a buffer of their own, hold_logits_rows in
+deferred_draft_kv.py). In a 1024-row write at 8B on FlashInfer the Q columns took about 79 us,
+the output projection 41 and the logits 118, of 505 us, and the writes were two thirds of the off
+step's GPU time over plain's at C = 128 (benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced).
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ import contextlib
 import logging
 
 import torch
+from sglang.srt.layers.linear import QKVParallelLinear, RowParallelLinear
+from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
 from sglang.srt.layers.logits_processor import should_apply_lm_head_quant_method
 from sglang.srt.layers.radix_attention import RadixAttention
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
@@ -60,6 +73,7 @@ def supports_kv_only(draft_model) -> bool:
         # a quantized head's weight is packed: the GEMM's output shape is not its shape
         and not should_apply_lm_head_quant_method(lm_head, getattr(lm_head, "quant_method", None))
         and hasattr(processor, "_compute_lm_head")
+        and hasattr(processor, "_get_logits")
     )
 
 
@@ -99,11 +113,61 @@ class StoreKVOnly(torch.nn.Module):
         return q.new_zeros((q.shape[0], a.tp_q_head_num * a.v_head_dim))
 
 
+class KVColumnsOnly(torch.nn.Module):
+    """Stands in for the last layer's qkv_proj next to StoreKVOnly: one GEMM over the K and V rows
+    of this rank's weight (laid out Q, K, V) into their columns of the output; the Q columns are
+    left unwritten, as StoreKVOnly reads none of them."""
+
+    def __init__(self, projection: QKVParallelLinear, q_size: int):
+        super().__init__()
+        self.q_size = q_size
+        self.kv_weight = projection.weight[q_size:]  # a view: no copy of the weight
+
+    def forward(self, hidden_states):
+        out = hidden_states.new_empty((hidden_states.shape[0], self.q_size + self.kv_weight.shape[0]))
+        torch.mm(hidden_states, self.kv_weight.t(), out=out[:, self.q_size:])
+        return out, None
+
+
+def computes_kv_columns_alone(self_attn) -> bool:
+    """The attention's QKV projection is SGLang's plain GEMM over Q, K and V rows of this rank,
+    without a bias, LoRA or quantization, and the attention says where its K columns start."""
+    projection = getattr(self_attn, "qkv_proj", None)
+    q_size, kv_size = getattr(self_attn, "q_size", None), getattr(self_attn, "kv_size", None)
+    return (
+        isinstance(projection, QKVParallelLinear)
+        and isinstance(projection.quant_method, UnquantizedLinearMethod)
+        and projection.bias is None
+        and not hasattr(projection, "set_lora")
+        and isinstance(q_size, int) and isinstance(kv_size, int)
+        and tuple(projection.weight.shape[:1]) == (q_size + 2 * kv_size,)
+    )
+
+
+class ZeroProjection(torch.nn.Module):
+    """Stands in for the last layer's o_proj next to StoreKVOnly: a projection without a bias maps
+    its zeros to zeros, so no GEMM (and under tensor parallelism no all-reduce) makes them."""
+
+    def __init__(self, projection: RowParallelLinear):
+        super().__init__()
+        self.output_size = projection.output_size
+
+    def forward(self, attention_output):
+        return attention_output.new_zeros((attention_output.shape[0], self.output_size)), None
+
+
+def projects_zeros_to_zeros(projection) -> bool:
+    """SGLang's output projection with no bias: zeros in, zeros out."""
+    return isinstance(projection, RowParallelLinear) and projection.bias is None
+
+
 @contextlib.contextmanager
 def kv_only_draft_forward(draft_model, kv_pool=None, attention_backend=None):
     """While capturing the off state's draft-extend graph: skip the last layer's MLP and the
-    lm_head GEMM, and its attention where ``stores_kv_alone``. Yields what the graph computes
-    (FULL, KV_ONLY or KV_STORE); the model is restored on exit."""
+    lm_head GEMM and hand out the logits buffer as it is, and skip its attention where
+    ``stores_kv_alone``, then its output projection where that has no bias and its QKV
+    projection's Q columns where ``computes_kv_columns_alone``. Yields what the
+    graph computes (FULL, KV_ONLY or KV_STORE); the model is restored on exit."""
     if not supports_kv_only(draft_model):
         logger.warning("spec gate: %s does not expose its last MLP and lm_head; the off state "
                        "keeps the full one-token draft extend", type(draft_model).__name__)
@@ -112,21 +176,48 @@ def kv_only_draft_forward(draft_model, kv_pool=None, attention_backend=None):
     layer, processor = _last_layer(draft_model), draft_model.logits_processor
     mlp = layer.mlp
     attention = layer.self_attn.attn if stores_kv_alone(draft_model, kv_pool, attention_backend) else None
+    projection = getattr(layer.self_attn, "o_proj", None) if attention is not None else None
+    if not projects_zeros_to_zeros(projection):
+        projection = None
+    qkv = layer.self_attn.qkv_proj if attention is not None and computes_kv_columns_alone(layer.self_attn) else None
+    get_logits = processor._get_logits
+
+    def logits_buffer_as_is(hidden_states, lm_head, logits_metadata, embedding_bias=None, use_logits_buffer=True):
+        buffer = logits_metadata.next_token_logits_buffer if use_logits_buffer else None
+        if buffer is not None and buffer.shape[0] == hidden_states.shape[0]:
+            return buffer
+        return get_logits(hidden_states, lm_head, logits_metadata, embedding_bias, use_logits_buffer)
 
     def zero_logits(hidden_states, lm_head, embedding_bias=None):
-        # The shape and dtype the GEMM would give (one rank's vocabulary shard); gathering
-        # across ranks and copying to the logits buffer stay upstream's.
+        # Where there is no buffer to hand out: the shape and dtype the GEMM would give (one
+        # rank's vocabulary shard); gathering across ranks and copying stay upstream's.
         dtype = torch.float32 if getattr(processor, "use_fp32_lm_head", False) else lm_head.weight.dtype
         return hidden_states.new_zeros((hidden_states.shape[0], lm_head.weight.shape[0]), dtype=dtype)
 
     layer.mlp = torch.nn.Identity()
-    processor._compute_lm_head = zero_logits  # instance attribute: shadows the method
+    # Instance attributes: they shadow the methods.
+    processor._get_logits = logits_buffer_as_is
+    processor._compute_lm_head = zero_logits
     if attention is not None:
         layer.self_attn.attn = StoreKVOnly(attention, kv_pool)
+    if projection is not None:
+        layer.self_attn.o_proj = ZeroProjection(projection)
+    if qkv is not None:
+        layer.self_attn.qkv_proj = KVColumnsOnly(qkv, layer.self_attn.q_size)
+    computed = KV_ONLY if attention is None else KV_STORE
+    skipped = ["MLP", "lm_head", *(["attention"] if attention is not None else []),
+               *(["o_proj"] if projection is not None else []), *(["Q columns"] if qkv is not None else [])]
+    logger.info("spec gate: the off state's draft extend graph is %s, without the last layer's %s",
+                computed, ", ".join(skipped))
     try:
-        yield KV_ONLY if attention is None else KV_STORE
+        yield computed
     finally:
         layer.mlp = mlp
+        del processor._get_logits
         del processor._compute_lm_head
         if attention is not None:
             layer.self_attn.attn = attention
+        if projection is not None:
+            layer.self_attn.o_proj = projection
+        if qkv is not None:
+            layer.self_attn.qkv_proj = qkv
