@@ -15,11 +15,18 @@
 #   benchmark/results/2026-12-04-flashinfer-c64-deferred-first-write: 0.952x plain, tests passed;
 #   then, in one call of 525 s, AB_LEVELS=128 AB_REPEATS=2 (the same command, 525):
 #   benchmark/results/2026-12-04-flashinfer-c128-deferred-first-write: 0.945x plain.
-# - Next: the off step's host diet (plain_step_constants.py; one host-length check in 8 batches;
-#   the buffer's index columns in one copy; a one-request prefill's rows without per-token index
-#   work; 1024-row writes, half as many), at C = 16, 32, 64 and 128 in one run, twice each, then
-#   its GPU tests; about 22 device minutes, a call of 545 s and waits of 290:
+# - The off step's host diet (plain_step_constants.py; one host-length check in 8 batches; the
+#   buffer's index columns in one copy; a one-request prefill's rows without per-token index work;
+#   1024-row writes, half as many), on fe5545d, at C = 16, 32, 64 and 128 in one run, twice each,
+#   then its GPU tests, in a call of 545 s and two waits of 290 (17 device minutes):
 #   AB_LEVELS=16,32,64,128 AB_REPEATS=2 AB_TESTS=greedy_outputs_identical,gate_switched,reenable_is_warm,prompts_prefilled bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
+#   benchmark/results/2026-12-04-flashinfer-host-diet-c16-128: 1.024 / 0.998 / 0.988 / 0.954x
+#   plain, TPOT 1.08x at C = 128; then C = 128 once more, traced (AB_LEVELS=128 AB_REPEATS=1
+#   AB_PROFILE_LEVEL=128, 396 s): benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced.
+# - Next: the slimmer write graph (kv_only_draft.py: no Q columns, output projection or logits
+#   fill and copy), at the four levels three times each, for the spread at C = 128, then the two
+#   GPU tests its own run skipped; about 25 device minutes, a call of 545 s and waits of 290:
+#   AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_TESTS=greedy_outputs_identical,gate_switched bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
