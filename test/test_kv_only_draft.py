@@ -40,6 +40,8 @@ class Head(torch.nn.Module):
 
 class Processor:
     use_fp32_lm_head = False
+    do_tensor_parallel_all_gather = False
+    vocab_size = 1000  # the target's; the draft's head is narrower
     _compute_lm_head = LogitsProcessor._compute_lm_head  # the upstream method being shadowed
 
     def _get_logits(self, hidden_states, lm_head, logits_metadata, embedding_bias=None, use_logits_buffer=True):
@@ -80,12 +82,16 @@ def test_hands_out_the_graphs_logits_buffer_as_it_is():
     processor = model.logits_processor
     with kv_only_draft_forward(model):
         assert processor._get_logits(hidden, model.lm_head, SimpleNamespace(next_token_logits_buffer=buffer)) is buffer
-        # no buffer, one of other rows, or none asked for: upstream's path, over zero logits
+        # no buffer, one of other rows or width, or none asked for: upstream's path, over zero logits
         for metadata, use_buffer in ((SimpleNamespace(next_token_logits_buffer=None), True),
                                      (SimpleNamespace(next_token_logits_buffer=buffer[:4]), True),
+                                     (SimpleNamespace(next_token_logits_buffer=buffer[:, :-1]), True),
                                      (SimpleNamespace(next_token_logits_buffer=buffer), False)):
             logits = processor._get_logits(hidden, model.lm_head, metadata, use_logits_buffer=use_buffer)
             assert logits.shape == (5, VOCAB_SHARD) and not logits.any()
+        processor.do_tensor_parallel_all_gather = True  # the logits of every rank: gathered upstream
+        logits = processor._get_logits(hidden, model.lm_head, SimpleNamespace(next_token_logits_buffer=buffer))
+        assert logits is not buffer and not logits.any()
     assert "_get_logits" not in vars(processor)
     assert torch.equal(buffer, torch.full((5, VOCAB_SHARD), 7.0))  # never written
 
@@ -230,6 +236,12 @@ with kv_only_draft_forward(draft, pool, types.SimpleNamespace()) as computed:
     out, bias = self_attn.o_proj(rows)
     print("computes", computed, type(self_attn.o_proj).__name__, tuple(out.shape), bool(out.any()), bias,
           "full", tuple(projection(rows)[0].shape))
+    # the runner's logits buffer is as wide as the draft's vocabulary
+    # (eagle_draft_extend_cuda_graph_runner.py:209-229)
+    buffer = torch.zeros((3, getattr(config, "draft_vocab_size", None) or config.vocab_size))
+    handed_out = draft.logits_processor._get_logits(torch.zeros((3, config.hidden_size)), draft.lm_head,
+                                                    types.SimpleNamespace(next_token_logits_buffer=buffer))
+    print("logits buffer handed out", handed_out is buffer)
     kv_only, bias = self_attn.qkv_proj(layer_input)
     print("qkv", type(self_attn.qkv_proj).__name__, kv_only.shape == full_qkv.shape, bias,
           torch.allclose(kv_only[:, self_attn.q_size:], full_qkv[:, self_attn.q_size:], rtol=1e-4, atol=1e-4))
@@ -256,4 +268,5 @@ def test_sglangs_eagle3_draft_has_what_the_trim_replaces(eagle_argv, model_dirs)
     assert f"computes kv-store ZeroProjection (3, {hidden}) False None full (3, {hidden})" in result.stdout
     # its qkv_proj computes the K and V columns alone, as the full GEMM does
     assert "qkv KVColumnsOnly True None True" in result.stdout
+    assert "logits buffer handed out True" in result.stdout
     assert "restored True True RadixAttention" in result.stdout

@@ -27,9 +27,9 @@ Then the Q columns of its QKV projection feed nothing: where that projection is 
 unquantized GEMM without a bias, it computes the K and V columns only (KVColumnsOnly). Its output
 projection only maps StoreKVOnly's zeros to zeros: without a bias it is replaced by those zeros
 (ZeroProjection). And the zero logits were still a fill of rows x vocabulary and a
-copy of it into the graph runner's logits buffer: the graph hands out that buffer as it is instead
-(whatever it holds: zeros where the writes hold a buffer of their own, hold_logits_rows in
-deferred_draft_kv.py). In a 1024-row write at 8B on FlashInfer the Q columns took about 79 us,
+copy of it into the graph runner's logits buffer: on one rank the graph hands out that buffer as it
+is instead (whatever it holds: zeros where the writes hold a buffer of their own, hold_logits_rows
+in deferred_draft_kv.py). In a 1024-row write at 8B on FlashInfer the Q columns took about 79 us,
 the output projection 41 and the logits 118, of 505 us, and the writes were two thirds of the off
 step's GPU time over plain's at C = 128 (benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced).
 """
@@ -74,6 +74,8 @@ def supports_kv_only(draft_model) -> bool:
         and not should_apply_lm_head_quant_method(lm_head, getattr(lm_head, "quant_method", None))
         and hasattr(processor, "_compute_lm_head")
         and hasattr(processor, "_get_logits")
+        and hasattr(processor, "do_tensor_parallel_all_gather")
+        and hasattr(processor, "vocab_size")
     )
 
 
@@ -184,7 +186,14 @@ def kv_only_draft_forward(draft_model, kv_pool=None, attention_backend=None):
 
     def logits_buffer_as_is(hidden_states, lm_head, logits_metadata, embedding_bias=None, use_logits_buffer=True):
         buffer = logits_metadata.next_token_logits_buffer if use_logits_buffer else None
-        if buffer is not None and buffer.shape[0] == hidden_states.shape[0]:
+        # Only where upstream would return that buffer, filled: one rank's logits, none gathered
+        # from other ranks, one row a hidden state, as wide as the head (up to the vocabulary).
+        if (
+            buffer is not None
+            and not processor.do_tensor_parallel_all_gather
+            and not getattr(processor, "do_tensor_parallel_all_gather_dp_attn", False)
+            and tuple(buffer.shape) == (hidden_states.shape[0], min(lm_head.weight.shape[0], processor.vocab_size))
+        ):
             return buffer
         return get_logits(hidden_states, lm_head, logits_metadata, embedding_bias, use_logits_buffer)
 
