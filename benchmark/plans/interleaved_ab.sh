@@ -24,9 +24,10 @@
 #   plain, TPOT 1.08x at C = 128; then C = 128 once more, traced (AB_LEVELS=128 AB_REPEATS=1
 #   AB_PROFILE_LEVEL=128, 396 s): benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced.
 # - Next: the slimmer write graph (kv_only_draft.py: no Q columns, output projection or logits
-#   fill and copy), at the four levels three times each, for the spread at C = 128, then the two
-#   GPU tests its own run skipped; about 25 device minutes, a call of 545 s and waits of 290:
-#   AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_TESTS=greedy_outputs_identical,gate_switched bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
+#   fill and copy), at the four levels three times each, for the spread at C = 128, traced at
+#   C = 128 (gpu_us_by_span: a write's GPU time should fall from about 505 to 270 us), then the
+#   two GPU tests its own run skipped; about 22 device minutes, a call of 545 s and waits of 290:
+#   AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_PROFILE_LEVEL=128 AB_TESTS=greedy_outputs_identical,gate_switched bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
