@@ -172,7 +172,8 @@ def hold_logits_rows(model_runner, rows: int, shared_logits: list) -> None:
     for the widest decode graph: the largest batch times the draft width
     (model_runner.py:763-767), the write sizes' multiples of the largest batch included. Rows
     up to MIN_WRITE_ROWS can exceed it (32 requests, 4 draft tokens: 128 rows), so the runner
-    gets a buffer of its own for this capture. The kv-only draft writes zeros there, never read."""
+    gets a buffer of its own for this capture. It stays zeros: the kv-only draft hands it out
+    unwritten on one rank and copies zeros into it elsewhere, and writes read none of it."""
     shared = model_runner.graph_shared_output
     if shared is None or shared.max_rows >= rows:
         return
