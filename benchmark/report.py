@@ -459,22 +459,23 @@ def host_calls_table(profiles: dict[str, dict]) -> Optional[str]:
                     rows) if rows else None
 
 
-def host_ops_table(profiles: dict[str, dict]) -> Optional[str]:
-    """With --profile-host: per configuration and kind of forward step, the top-level calls
-    that held the host longest, by span and name (traces summarized before 2026-12-04: no row)."""
-    rows = [[name, f"`{s['step']}`", listed(s["top_level_us_by_op"])]
+def step_listing_table(profiles: dict[str, dict], field: str, header: str) -> Optional[str]:
+    """With --profile-host: per configuration and kind of forward step, one ``{name: number}``
+    field of ``host_calls_per_step`` (traces summarized before that field: no row)."""
+    rows = [[name, f"`{s['step']}`", listed(s[field])]
             for name, p in profiles.items() for s in p.get("host_calls_per_step") or ()
-            if s.get("top_level_us_by_op")]
-    return md_table(["config", "step", "span > call, µs a step"], rows) if rows else None
+            if s.get(field)]
+    return md_table(["config", "step", header], rows) if rows else None
+
+
+def host_ops_table(profiles: dict[str, dict]) -> Optional[str]:
+    """The top-level calls that held the host longest, by span and name."""
+    return step_listing_table(profiles, "top_level_us_by_op", "span > call, µs a step")
 
 
 def gpu_by_span_table(profiles: dict[str, dict]) -> Optional[str]:
-    """With --profile-host: per configuration and kind of forward step, the GPU time its host
-    spans launched (traces summarized before 2026-12-04: no row)."""
-    rows = [[name, f"`{s['step']}`", listed(s["gpu_us_by_span"])]
-            for name, p in profiles.items() for s in p.get("host_calls_per_step") or ()
-            if s.get("gpu_us_by_span")]
-    return md_table(["config", "step", "span: GPU µs a step"], rows) if rows else None
+    """The GPU time each step kind's host spans launched."""
+    return step_listing_table(profiles, "gpu_us_by_span", "span: GPU µs a step")
 
 
 def after_prefill_table(profiles: dict[str, dict]) -> Optional[str]:
