@@ -23,11 +23,12 @@
 #   benchmark/results/2026-12-04-flashinfer-host-diet-c16-128: 1.024 / 0.998 / 0.988 / 0.954x
 #   plain, TPOT 1.08x at C = 128; then C = 128 once more, traced (AB_LEVELS=128 AB_REPEATS=1
 #   AB_PROFILE_LEVEL=128, 396 s): benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced.
-# - Next: the slimmer write graph (kv_only_draft.py: no Q columns, output projection or logits
-#   fill and copy), at the four levels three times each, for the spread at C = 128, traced at
-#   C = 128 (gpu_us_by_span: a write's GPU time should fall from about 505 to 270 us), then the
-#   two GPU tests its own run skipped; about 22 device minutes, a call of 545 s and waits of 290:
+# - The slimmer write graph (kv_only_draft.py: no Q columns, output projection or logits fill and
+#   copy), on 352cd69, at the four levels three times each, traced at C = 128, then the two GPU
+#   tests its own run skipped, in a call of 545 s and two waits of 290 (21 device minutes):
 #   AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_PROFILE_LEVEL=128 AB_TESTS=greedy_outputs_identical,gate_switched bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
+#   benchmark/results/2026-12-04-flashinfer-write-diet-c16-128: medians 0.995 / 0.988 / 0.975 /
+#   1.007x plain, TPOT 1.03 / 1.02 / 1.02 / 1.01x; the writes' GPU time 102 us a step, from 190.
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda

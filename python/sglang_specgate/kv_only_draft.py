@@ -32,6 +32,8 @@ is instead (whatever it holds: zeros where the writes hold a buffer of their own
 in deferred_draft_kv.py). In a 1024-row write at 8B on FlashInfer the Q columns took about 79 us,
 the output projection 41 and the logits 118, of 505 us, and the writes were two thirds of the off
 step's GPU time over plain's at C = 128 (benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced).
+Without them the writes took 102 us of GPU a decode step there, against 190
+(benchmark/results/2026-12-04-flashinfer-write-diet-c16-128).
 """
 
 from __future__ import annotations
