@@ -10,8 +10,6 @@
 # - On 352cd69, after interleaved_ab.sh's run had taken the greedy and switching tests, on Triton
 #   in one call of 372 s, 3 passed (benchmark/results/2026-12-04-flashinfer-write-diet-c16-128):
 #   GPU_TESTS_BACKENDS=triton GPU_TESTS_FILTER=reenable_is_warm,prompts_prefilled,logprob_requests_while_off bash benchmark/gpu_job.sh start benchmark/plans/gpu_tests.sh 420
-# - Next, the tests that have not run since 085f297 (unmeasured: allow a call of 560 s and a wait):
-#   GPU_TESTS_BACKENDS=triton GPU_TESTS_FILTER=ungated_servers,kv_probe_sees,sampled_requests,prometheus,chunked bash benchmark/gpu_job.sh start benchmark/plans/gpu_tests.sh 545
 backends=${GPU_TESTS_BACKENDS:-flashinfer,triton} filter=${GPU_TESTS_FILTER:-}
 for backend in ${backends//,/ }; do
   phase "tests-$backend" gpu_tests "$backend" "${GPU_TESTS_SHAPE:-1b}" "${filter//,/ or }"

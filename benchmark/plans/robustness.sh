@@ -9,6 +9,9 @@
 # ran on e494898: results/2026-12-03-soak-1b-n8-flashinfer.
 #   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 560
 #   SOAK_SECONDS=900 bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 560   (the last run)
+# Next: the whole plan on the current code, which has not soaked since 085f297 (the deferred first
+# write, the off step's host cuts, 1024-row writes, the slimmer write graph) and has run five of the
+# GPU tests only, short form on Triton (results/2026-12-04-flashinfer-write-diet-c16-128).
 phase pair python3 benchmark/model_pair.py /tmp/p1 --shape 1b --accept-length 2.2 --seed 0 --device cuda
 phase soak python3 benchmark/soak.py --run-dir "$RESULTS/soak" --duration "${SOAK_SECONDS:-1200}" \
   --model-path /tmp/p1/target --draft-model-path /tmp/p1/draft --threshold 8 --port 30005 \
