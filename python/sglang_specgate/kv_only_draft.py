@@ -178,7 +178,6 @@ def kv_only_draft_forward(draft_model, kv_pool=None, attention_backend=None):
         yield FULL
         return
     layer, processor = _last_layer(draft_model), draft_model.logits_processor
-    mlp = layer.mlp
     attention = layer.self_attn.attn if stores_kv_alone(draft_model, kv_pool, attention_backend) else None
     projection = getattr(layer.self_attn, "o_proj", None) if attention is not None else None
     if not projects_zeros_to_zeros(projection):
@@ -205,30 +204,28 @@ def kv_only_draft_forward(draft_model, kv_pool=None, attention_backend=None):
         dtype = torch.float32 if getattr(processor, "use_fp32_lm_head", False) else lm_head.weight.dtype
         return hidden_states.new_zeros((hidden_states.shape[0], lm_head.weight.shape[0]), dtype=dtype)
 
-    layer.mlp = torch.nn.Identity()
+    # The last layer's submodules the graph skips: (owner, attribute, stand-in, what the log calls it).
+    stand_ins = [(layer, "mlp", torch.nn.Identity(), "MLP")]
+    if attention is not None:
+        stand_ins.append((layer.self_attn, "attn", StoreKVOnly(attention, kv_pool), "attention"))
+    if projection is not None:
+        stand_ins.append((layer.self_attn, "o_proj", ZeroProjection(projection), "o_proj"))
+    if qkv is not None:
+        stand_ins.append((layer.self_attn, "qkv_proj", KVColumnsOnly(qkv, layer.self_attn.q_size), "Q columns"))
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _, _ in stand_ins]
+    for owner, name, stand_in, _ in stand_ins:
+        setattr(owner, name, stand_in)
     # Instance attributes: they shadow the methods.
     processor._get_logits = logits_buffer_as_is
     processor._compute_lm_head = zero_logits
-    if attention is not None:
-        layer.self_attn.attn = StoreKVOnly(attention, kv_pool)
-    if projection is not None:
-        layer.self_attn.o_proj = ZeroProjection(projection)
-    if qkv is not None:
-        layer.self_attn.qkv_proj = KVColumnsOnly(qkv, layer.self_attn.q_size)
     computed = KV_ONLY if attention is None else KV_STORE
-    skipped = ["MLP", "lm_head", *(["attention"] if attention is not None else []),
-               *(["o_proj"] if projection is not None else []), *(["Q columns"] if qkv is not None else [])]
+    mlp_label, *attention_labels = (label for *_, label in stand_ins)
     logger.info("spec gate: the off state's draft extend graph is %s, without the last layer's %s",
-                computed, ", ".join(skipped))
+                computed, ", ".join([mlp_label, "lm_head", *attention_labels]))
     try:
         yield computed
     finally:
-        layer.mlp = mlp
+        for owner, name, original in originals:
+            setattr(owner, name, original)
         del processor._get_logits
         del processor._compute_lm_head
-        if attention is not None:
-            layer.self_attn.attn = attention
-        if projection is not None:
-            layer.self_attn.o_proj = projection
-        if qkv is not None:
-            layer.self_attn.qkv_proj = qkv
