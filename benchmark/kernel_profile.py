@@ -287,6 +287,10 @@ def host_calls_per_step(trace) -> dict:
     top_level = [(e["tid"], e["ts"]) for e in top_level_calls]
     spans = spans_by_thread(events, "user_annotation")
     steps = sorted((e["tid"], e["ts"], span_kind(e["name"])) for e in annotations if e["name"].startswith("step["))
+
+    def innermost_span(call: dict) -> str:
+        return span_kind(next(spans[call["tid"]].open_at(call["ts"])))
+
     work_us: Counter = Counter()  # by the correlation id of its launching call
     for item in gpu_work(events):
         if "correlation" in item.get("args", {}):
@@ -307,14 +311,14 @@ def host_calls_per_step(trace) -> dict:
             where = where_by_kind.setdefault(kind, Counter())
             time = time_by_kind.setdefault(kind, Counter())
             for call in top_level_calls[bisect.bisect_left(top_level, first):bisect.bisect_right(top_level, last)]:
-                span_name = span_kind(next(spans[call["tid"]].open_at(call["ts"])))
+                span_name = innermost_span(call)
                 where[span_name] += 1
                 time[f"{span_name} > {call['name']}"] += call.get("dur", 0)
             gpu = gpu_by_kind.setdefault(kind, Counter())
             for call in host_ops[bisect.bisect_left(calls, first):bisect.bisect_right(calls, last)]:
                 correlation = call.get("args", {}).get("correlation")
                 if call["cat"] in HOST_CALLS and work_us.get(correlation):
-                    gpu[span_kind(next(spans[call["tid"]].open_at(call["ts"])))] += work_us[correlation]
+                    gpu[innermost_span(call)] += work_us[correlation]
             role = step_role(kind)
             if role == PREFILL:
                 steps_since_prefill = 0
