@@ -25,9 +25,12 @@
 #     .gpu/wheels --build-tag 1cccl --drop flashinfer/data/cutlass/examples/ \
 #     --drop flashinfer/data/cutlass/test/ --drop flashinfer/data/cutlass/python/
 # and run a FlashInfer plan. Its first server start builds the kernels (about 2 minutes at 8B),
-# and each call brings them back as $OUT/flashinfer-aot.tar.xz (3 MiB). Put that at
-# .gpu/flashinfer-aot.tar.xz and the 1slim wheel back: `start` installs the kernels as
+# and each call brings them back as $OUT/flashinfer-aot.tar.xz (3 MiB), with those it was carried.
+# Put that at .gpu/flashinfer-aot.tar.xz and the 1slim wheel back: `start` installs the kernels as
 # FlashInfer's AOT ones and no server builds again (plans/flashinfer_aot.sh checks that they suffice).
+# They cover the model shapes some host built: the archive now holds the 8B pair's only. With the
+# 1cccl wheel there is no room under 64 MiB for the archive as well: carry it without, and merge
+# the archive that comes back into the old one (both unpacked into one directory, packed again).
 #
 # PLAN is a bash file sourced from the repository copy; it calls these, in order:
 #   phase NAME COMMAND...            COMMAND's output to $RESULTS/NAME.log, its time and status
@@ -41,6 +44,7 @@ set -u
 JOB=${GPU_JOB_DIR:-/tmp/gpu-job}
 RESULTS=$JOB/results
 REPO=$JOB/repo
+FLASHINFER_AOT=/tmp/site/flashinfer/data/aot  # where FlashInfer looks for prebuilt kernels
 export PYTHONPATH=/tmp/site:/tmp/plugin PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   SGLANG_ENABLE_JIT_DEEPGEMM=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 PATH=/tmp/site/bin:$PATH
@@ -77,12 +81,19 @@ gpu_tests() {
   return $status
 }
 
-pack_flashinfer_kernels() {  # FlashInfer's JIT builds, laid out as its AOT directory, for the next kit
+pack_flashinfer_kernels() {  # the carried kernels and FlashInfer's JIT builds, as its AOT directory
   local built=("${HOME:-}"/.cache/flashinfer/*/*/cached_ops) archive=$JOB/flashinfer-aot.tar.xz
+  local kernels=$JOB/flashinfer-kernels dir
   [ -d "${built[0]}" ] || return 0
   # xz takes about 5 s of the 20 s a call leaves to pack: again only once the JIT built more.
   if [ ! -f "$archive" ] || [ -n "$(find "${built[0]}" -name '*.so' -newer "$archive")" ]; then
-    (cd "${built[0]}" && tar cJf "$archive" */*.so 2>/dev/null) || { rm -f "$archive"; return 0; }
+    # The carried kernels too: an archive of this host's builds alone, put in .gpu, lost the 1B
+    # pair's kernels to a host that built the 8B pair's (2026-12-04).
+    rm -rf "$kernels" && mkdir -p "$kernels"
+    for dir in "$FLASHINFER_AOT" "${built[0]}"; do
+      [ -d "$dir" ] && (cd "$dir" && cp --parents */*.so "$kernels"/ 2>/dev/null)
+    done
+    (cd "$kernels" && tar cJf "$archive" */*.so 2>/dev/null) || { rm -f "$archive"; return 0; }
   fi
   cp "$archive" "$OUT/"
 }
@@ -121,7 +132,7 @@ case ${1:-} in
     # Kernels a FlashInfer server would otherwise build at its first start (minutes on a fresh
     # host, and only with the vendored CCCL the kit drops), from an earlier call's $OUT.
     if [ -f .gpu/flashinfer-aot.tar.xz ]; then
-      mkdir -p /tmp/site/flashinfer/data/aot && tar xJf .gpu/flashinfer-aot.tar.xz -C /tmp/site/flashinfer/data/aot
+      mkdir -p "$FLASHINFER_AOT" && tar xJf .gpu/flashinfer-aot.tar.xz -C "$FLASHINFER_AOT"
     fi
     rm -rf "$REPO" && mkdir -p "$REPO" && cp -r benchmark test python pyproject.toml README.md "$REPO"/
     cp "$plan" "$JOB/plan.sh" && cp "$0" "$JOB/gpu_job.sh"
