@@ -39,6 +39,8 @@
 #                                    $RESULTS/tests-BACKEND-SHAPE[-LABEL], the servers' logs
 #                                    reduced to their decode, prefill, switch and gate lines
 #   keep_lines DIR                   the same reduction for a sweep's logs/
+#   flashinfer_has_kernels HEAD_DIM  whether FlashInfer can load or build that head dim's kernels
+#   log MESSAGE                      MESSAGE to job.log
 # and writes what it wants back under $RESULTS.
 set -u
 JOB=${GPU_JOB_DIR:-/tmp/gpu-job}
@@ -68,6 +70,12 @@ keep_lines() {
     tail -40 "$f" > "${f%.log}-tail.txt"
     rm -f "$f"
   done
+}
+
+flashinfer_has_kernels() {  # HEAD_DIM: can FlashInfer load or build its attention kernels?
+  # The 1slim wheel drops the vendored CCCL its JIT builds need; the carried archive holds the
+  # kernels of the model shapes some host built.
+  [ -d /tmp/site/flashinfer/data/cccl ] || compgen -G "$FLASHINFER_AOT/*head_dim_qk_$1_*" > /dev/null
 }
 
 gpu_tests() {
