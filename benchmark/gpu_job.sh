@@ -38,6 +38,7 @@
 #   gpu_tests BACKEND SHAPE EXPR [LABEL]   test/gpu -k EXPR (env SPECGATE_GPU_*) into
 #                                    $RESULTS/tests-BACKEND-SHAPE[-LABEL], the servers' logs
 #                                    reduced to their decode, prefill, switch and gate lines
+#                                    and their start-up's graph captures and KV pool
 #   keep_lines DIR                   the same reduction for a sweep's logs/
 #   flashinfer_has_kernels HEAD_DIM  whether FlashInfer can load or build that head dim's kernels
 #   log MESSAGE                      MESSAGE to job.log
@@ -66,7 +67,10 @@ keep_lines() {
   local f
   for f in "$1"/server-*.log; do
     [ -f "$f" ] || continue
-    grep -E "Decode batch|Prefill batch|Switch adaptive|spec gate|Error|Traceback" "$f" > "${f%.log}-lines.txt"
+    # With the start-up's costs: each CUDA graph's capture, the off state's build (upstream's
+    # "Built adaptive runtime state steps=0": what the fast path costs at start-up) and the KV pool.
+    grep -E "Decode batch|Prefill batch|Switch adaptive|spec gate|Error|Traceback|graph end|Built adaptive|Memory pool end" \
+      "$f" > "${f%.log}-lines.txt"
     tail -40 "$f" > "${f%.log}-tail.txt"
     rm -f "$f"
   done
