@@ -29,6 +29,9 @@
 #   AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_PROFILE_LEVEL=128 AB_TESTS=greedy_outputs_identical,gate_switched bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
 #   benchmark/results/2026-12-04-flashinfer-write-diet-c16-128: medians 0.995 / 0.988 / 0.975 /
 #   1.007x plain, TPOT 1.03 / 1.02 / 1.02 / 1.01x; the writes' GPU time 102 us a step, from 190.
+# Next: the same on Triton, whose table in README.md is still 085f297's (servers started one
+# after the other, TPOT up to 7.7 % over plain), in about 20 device minutes:
+#   AB_BACKEND=triton AB_LEVELS=16,32,64,128 AB_REPEATS=3 bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
