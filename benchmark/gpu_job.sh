@@ -40,8 +40,8 @@
 #                                    reduced to their decode, prefill, switch and gate lines
 #                                    and their start-up's graph captures and KV pool
 #   keep_lines DIR                   the same reduction for a sweep's logs/
-#   flashinfer_has_kernels SHAPE     whether FlashInfer can load or build that model shape's kernels
-#                                    (gpu_tests checks it for itself)
+#   flashinfer_has_kernels SHAPE     whether FlashInfer can load or build that model shape's kernels,
+#                                    and if not why, in job.log (gpu_tests checks it for itself)
 #   log MESSAGE                      MESSAGE to job.log
 # and writes what it wants back under $RESULTS.
 set -u
@@ -81,16 +81,18 @@ flashinfer_has_kernels() {  # SHAPE (model_pair.py's): can FlashInfer load or bu
   # The 1slim wheel drops the vendored CCCL its JIT builds need; the carried archive holds the
   # kernels of the model shapes some host built, named by head dim. Without either, every server
   # fails its start after its first forward (101 s at 1B; 2026-12-04, 6 device minutes lost).
+  # Where it cannot, says so in job.log for the caller, which then runs nothing.
   [ -d /tmp/site/flashinfer/data/cccl ] && return 0
   local head_dim
   head_dim=$(python3 -c "import sys; sys.path.insert(0, 'benchmark'); from model_pair import SHAPES
-s = SHAPES['$1']; print(s['hidden_size'] // s['num_attention_heads'])") || return 1
-  compgen -G "$FLASHINFER_AOT/*head_dim_qk_${head_dim}_*" > /dev/null
+s = SHAPES['$1']; print(s['hidden_size'] // s['num_attention_heads'])") \
+    && compgen -G "$FLASHINFER_AOT/*head_dim_qk_${head_dim}_*" > /dev/null && return 0
+  log "not run: FlashInfer can neither load nor build the $1 pair's kernels (carry the 1cccl wheel)"
+  return 1
 }
 
 gpu_tests() {
   if [ "$1" = flashinfer ] && ! flashinfer_has_kernels "$2"; then
-    log "not run: FlashInfer can neither load nor build the $2 pair's kernels (carry the 1cccl wheel)"
     return 1
   fi
   local dir="$RESULTS/tests-$1-$2${4:+-$4}"

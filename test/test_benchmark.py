@@ -1661,7 +1661,6 @@ phase() {
 }
 gpu_tests() { :; }
 keep_lines() { :; }
-log() { :; }
 flashinfer_has_kernels() { :; }
 """
 
