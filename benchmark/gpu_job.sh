@@ -19,18 +19,17 @@
 # comes back with the next one.
 #
 # FlashInfer: the kit's flashinfer wheel lacks the vendored CCCL its JIT builds need
-# (results/2026-12-02-flashinfer-jit-on-the-kit). Once, repack it with the CCCL kept, in place of
-# the 1slim wheel:
+# (results/2026-12-02-flashinfer-jit-on-the-kit), and the builds cost a fresh host minutes. So the
+# kit carries the kernels, built on a CPU host (no GPU needed; about 15 minutes on 2 cores):
+#   python benchmark/flashinfer_kernels.py build .gpu/flashinfer-aot.tar.xz --shapes 1b 8b
+# `start` installs them as FlashInfer's AOT ones, and flashinfer_has_kernels runs them once
+# before a plan uses them. A host's JIT builds (FlashInfer's sampling module, which builds
+# without the CCCL) come back as $OUT/flashinfer-aot.tar.xz, with the kernels carried.
+# A shape the archive lacks needs the 1cccl wheel in place of the 1slim one:
 #   python3 ../shared/gpu/repack_wheel.py flashinfer_python-0.6.15.post1-py3-none-any.whl \
 #     .gpu/wheels --build-tag 1cccl --drop flashinfer/data/cutlass/examples/ \
 #     --drop flashinfer/data/cutlass/test/ --drop flashinfer/data/cutlass/python/
-# and run a FlashInfer plan. Its first server start builds the kernels (about 2 minutes at 8B),
-# and each call brings them back as $OUT/flashinfer-aot.tar.xz (3 MiB), with those it was carried.
-# Put that at .gpu/flashinfer-aot.tar.xz and the 1slim wheel back: `start` installs the kernels as
-# FlashInfer's AOT ones and no server builds again (plans/flashinfer_aot.sh checks that they suffice).
-# They cover the model shapes some host built: the archive now holds the 8B pair's only. With the
-# 1cccl wheel there is no room under 64 MiB for the archive as well: carry it without, and merge
-# the archive that comes back into the old one (both unpacked into one directory, packed again).
+# and no archive beside it: the two pass the 64 MiB a call carries.
 #
 # PLAN is a bash file sourced from the repository copy; it calls these, in order:
 #   phase NAME COMMAND...            COMMAND's output to $RESULTS/NAME.log, its time and status
@@ -78,15 +77,14 @@ keep_lines() {
 }
 
 flashinfer_has_kernels() {  # SHAPE (model_pair.py's): can FlashInfer load or build its attention kernels?
-  # The 1slim wheel drops the vendored CCCL its JIT builds need; the carried archive holds the
-  # kernels of the model shapes some host built, named by head dim. Without either, every server
-  # fails its start after its first forward (101 s at 1B; 2026-12-04, 6 device minutes lost).
-  # Where it cannot, says so in job.log for the caller, which then runs nothing.
+  # The 1slim wheel drops the vendored CCCL its JIT builds need; the carried archive holds what
+  # flashinfer_kernels.py built. Without either, every server fails its start after its first
+  # forward (101 s at 1B; 2026-12-04, 6 device minutes lost). So the carried kernels run once
+  # (about 15 s, once a plan: job.log keeps the verdict); where they fail, job.log says why for
+  # the caller, which then runs nothing.
   [ -d /tmp/site/flashinfer/data/cccl ] && return 0
-  local head_dim
-  head_dim=$(python3 -c "import sys; sys.path.insert(0, 'benchmark'); from model_pair import SHAPES
-s = SHAPES['$1']; print(s['hidden_size'] // s['num_attention_heads'])") \
-    && compgen -G "$FLASHINFER_AOT/*head_dim_qk_${head_dim}_*" > /dev/null && return 0
+  grep -q "^FlashInfer kernels for $1 pass" "$RESULTS/job.log" && return 0
+  python3 benchmark/flashinfer_kernels.py probe "$1" >> "$RESULTS/job.log" 2>&1 && return 0
   log "not run: FlashInfer can neither load nor build the $1 pair's kernels (carry the 1cccl wheel)"
   return 1
 }
@@ -154,7 +152,7 @@ case ${1:-} in
       && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade --target /tmp/plugin . \
       || { rm -rf "$RESULTS"; exit 1; }
     # Kernels a FlashInfer server would otherwise build at its first start (minutes on a fresh
-    # host, and only with the vendored CCCL the kit drops), from an earlier call's $OUT.
+    # host, and only with the vendored CCCL the kit drops): flashinfer_kernels.py's build.
     if [ -f .gpu/flashinfer-aot.tar.xz ]; then
       mkdir -p "$FLASHINFER_AOT" && tar xJf .gpu/flashinfer-aot.tar.xz -C "$FLASHINFER_AOT"
     fi

@@ -1755,3 +1755,33 @@ def test_gpu_job_runs_a_plan_and_packs_what_it_wrote(tmp_path):
     started = subprocess.run(["bash", script, "start", str(job / "plan.sh"), "30"], env=env,
                              capture_output=True, text=True)
     assert started.returncode == 1 and "a plan is still running here" in started.stderr
+
+
+def test_gpu_job_runs_flashinfer_kernels_once_a_plan_and_stops_a_plan_they_fail(tmp_path):
+    """gpu_job.sh's flashinfer_has_kernels: the carried kernels' probe decides, once a plan (job.log
+    keeps its verdict); where it fails (here the real probe, on a host with no GPU) the plan is told
+    to run nothing, and job.log says why."""
+    import subprocess
+
+    def run_plan(cwd: Path) -> tuple[list[str], str]:
+        job = tmp_path / "job"
+        shutil.rmtree(job, ignore_errors=True)
+        (job / "results").mkdir(parents=True)
+        (job / "plan.sh").write_text("for i in 1 2; do flashinfer_has_kernels 1b && echo yes || echo no; done"
+                                     " > $RESULTS/answers.log\n")
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GPU_JOB_DIR": str(job),
+               "OUT": str(tmp_path / "out"), "HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+        subprocess.run(["bash", str(BENCH / "gpu_job.sh"), "run"], cwd=cwd, env=env, check=True, capture_output=True)
+        answers = (job / "results/answers.log").read_text().splitlines()
+        return [a for a in answers if a in ("yes", "no")], (job / "results/job.log").read_text()
+
+    answers, log = run_plan(BENCH.parent)
+    assert answers == ["no", "no"] and "needs a CUDA GPU" in log
+    assert "not run: FlashInfer can neither load nor build the 1b pair's kernels" in log
+
+    passing = tmp_path / "checkout"
+    (passing / "benchmark").mkdir(parents=True)
+    (passing / "benchmark/flashinfer_kernels.py").write_text(
+        "print('FlashInfer kernels for 1b pass')\nprint('probed', file=open('probes', 'a'))\n")
+    assert run_plan(passing)[0] == ["yes", "yes"]
+    assert (passing / "probes").read_text() == "probed\n"  # the second answer came from job.log
