@@ -4,18 +4,18 @@
 # is left. ROBUSTNESS_BACKEND (default flashinfer, whose plain steps take the gate's host lengths)
 # picks the attention backend of both.
 # The soak judges its own server's GPU memory, so the tests' servers do not count against it.
-# FlashInfer on the 1B pair needs kernels for head dim 64, which the carried
-# .gpu/flashinfer-aot.tar.xz lacks (it holds the 8B pair's, head dim 128) and the 1slim wheel
-# cannot build: carry the 1cccl wheel (gpu_job.sh: FlashInfer) in its place, and leave the archive
-# out, or .gpu passes 64 MiB. Without them the soak's server failed its start after 101 s and the
-# tests' servers theirs, one by one (2026-12-04, 6 device minutes lost): the plan now stops first.
+# FlashInfer on the 1B pair needs kernels for head dim 64, which the 1slim wheel cannot build.
+# Without them the soak's server failed its start after 101 s and the tests' servers theirs, one
+# by one (2026-12-04, 6 device minutes lost): the plan now stops first unless the carried kernels
+# pass flashinfer_has_kernels' probe. flashinfer_kernels.py builds them (gpu_job.sh: FlashInfer).
 # Last run on 75e805d, on Triton with an 11-minute soak (what the session had left after that):
 # results/2026-12-04-soak-1b-n8-triton and results/2026-12-04-gpu-tests-204-requests-triton.
 #   ROBUSTNESS_BACKEND=triton SOAK_SECONDS=660 bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 280
 # The last FlashInfer run was on d279a34 (the package as at 085f297), 15-minute soak:
 # results/2026-12-03-soak-1b-n8-flashinfer-final; its 20-minute soak on e494898:
 # results/2026-12-03-soak-1b-n8-flashinfer.
-# Next: the whole plan on FlashInfer with the 1cccl wheel, 20 minutes:
+# Next: the whole plan on FlashInfer, 20 minutes, on the kernels built on 12-04 on a CPU host
+# (results/2026-12-04-flashinfer-kernels-built-on-cpu); their probe is their first run on a GPU:
 #   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 290
 backend=${ROBUSTNESS_BACKEND:-flashinfer}
 if [ "$backend" = flashinfer ] && ! flashinfer_has_kernels 1b; then
