@@ -20,16 +20,16 @@
 #
 # FlashInfer: the kit's flashinfer wheel lacks the vendored CCCL its JIT builds need
 # (results/2026-12-02-flashinfer-jit-on-the-kit), and the builds cost a fresh host minutes. So the
-# kit carries the kernels, built on a CPU host (no GPU needed; about 15 minutes on 2 cores):
+# kit carries the kernels, built on a CPU host (no GPU needed; 14 minutes on 2 cores):
 #   python benchmark/flashinfer_kernels.py build .gpu/flashinfer-aot.tar.xz --shapes 1b 8b
 # `start` installs them as FlashInfer's AOT ones, and flashinfer_has_kernels runs them once
-# before a plan uses them. A host's JIT builds (FlashInfer's sampling module, which builds
-# without the CCCL) come back as $OUT/flashinfer-aot.tar.xz, with the kernels carried.
-# A shape the archive lacks needs the 1cccl wheel in place of the 1slim one:
+# before a plan uses them. Where they fail, carry the 1cccl wheel in place of the 1slim one
 #   python3 ../shared/gpu/repack_wheel.py flashinfer_python-0.6.15.post1-py3-none-any.whl \
 #     .gpu/wheels --build-tag 1cccl --drop flashinfer/data/cutlass/examples/ \
 #     --drop flashinfer/data/cutlass/test/ --drop flashinfer/data/cutlass/python/
-# and no archive beside it: the two pass the 64 MiB a call carries.
+# and no archive beside it (the two pass the 64 MiB a call carries): the servers build them.
+# What a host's JIT built (such as FlashInfer's sampling module, which builds without the CCCL)
+# comes back as $OUT/flashinfer-aot.tar.xz, with the kernels the call carried.
 #
 # PLAN is a bash file sourced from the repository copy; it calls these, in order:
 #   phase NAME COMMAND...            COMMAND's output to $RESULTS/NAME.log, its time and status
