@@ -26,18 +26,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from model_pair import SHAPES
+from model_pair import SHAPES, head_dim
 
 H200_ARCH = "9.0a"
 # For the 8B pair's servers, gated and plain, the GPU host's JIT built FlashInfer's batch-prefill
 # module in its FA2 and sm90 ("fa3") builds and no decode module (2026-12-04): at 4 query heads
 # per KV head SGLang decodes on the prefill kernels too.
 ATTENTION_BACKENDS = ("fa2", "fa3")
-
-
-def head_dim(shape: str) -> int:
-    dims = SHAPES[shape]
-    return dims["hidden_size"] // dims["num_attention_heads"]
 
 
 def attention_spec(backend: str, dim: int):
@@ -93,7 +88,7 @@ def build(archive: Path, shapes: list[str], cuda_home: Path) -> None:
         os.environ.update(cpu_host_build_env(cuda_home, Path(scratch)))
         specs = shape_independent_specs() + [
             attention_spec(backend, dim)
-            for dim in sorted({head_dim(shape) for shape in shapes}) for backend in ATTENTION_BACKENDS]
+            for dim in sorted({head_dim(SHAPES[shape]) for shape in shapes}) for backend in ATTENTION_BACKENDS]
         with tarfile.open(partial, "w:xz") as tar:  # laid out as FlashInfer's AOT directory
             for spec in specs:
                 print(f"building {spec.name}", flush=True)
@@ -126,7 +121,8 @@ def probe_attention(shape: str, backend: str) -> float:
     import flashinfer
     import torch
 
-    dims, dim = SHAPES[shape], head_dim(shape)
+    dims = SHAPES[shape]
+    dim = head_dim(dims)
     heads, kv_heads = dims["num_attention_heads"], dims["num_key_value_heads"]
     qo_lens, kv_lens = [7, 33], [40, 33]
     qo_indptr = torch.tensor([0, 7, 40], dtype=torch.int32, device="cuda")
@@ -193,7 +189,7 @@ def probe(shape: str) -> int:
     if not torch.cuda.is_available():
         print("flashinfer_kernels.py probe: needs a CUDA GPU; on a CPU host, use `build`", file=sys.stderr)
         return 2
-    checks = {f"attention {backend}, head dim {head_dim(shape)}": (probe_attention, (shape, backend))
+    checks = {f"attention {backend}, head dim {head_dim(SHAPES[shape])}": (probe_attention, (shape, backend))
               for backend in ATTENTION_BACKENDS}
     checks[", ".join(spec.name for spec in shape_independent_specs())] = (probe_shape_independent, ())
     failed = []

@@ -89,6 +89,10 @@ SHAPES = {  # Llama-3-70B and -8B, Llama-3.2-1B-like, a CPU test shape (>= 7 lay
 }
 
 
+def head_dim(dims: dict) -> int:
+    return dims["hidden_size"] // dims["num_attention_heads"]
+
+
 def expected_accept_length(q: float, steps: int = NUM_STEPS) -> float:
     return sum(q**k for k in range(steps + 1))
 
@@ -226,7 +230,7 @@ def _zeros(*shape: int, device: str) -> torch.Tensor:
 
 
 def _attention(prefix: str, d_in: int, gen: torch.Generator, device: str, dims: dict) -> dict:
-    hd = dims["hidden_size"] // dims["num_attention_heads"]
+    hd = head_dim(dims)
     q, kv = dims["num_attention_heads"] * hd, dims["num_key_value_heads"] * hd
     return {
         f"{prefix}.q_proj.weight": _fill((q, d_in), gen, device),
@@ -311,7 +315,7 @@ def add_kv_probe(attn: dict, design: Design, prefix: str, device: str, swamped: 
     for at least D + 1 tokens."""
     dims, d = design.dims, design.dims["hidden_size"]
     heads, kv_heads = dims["num_attention_heads"], dims["num_key_value_heads"]
-    hd, group = d // heads, heads // kv_heads
+    hd, group = head_dim(dims), heads // kv_heads
     x = _bf16(EMBED / math.sqrt(EMBED**2 / d + RMS_EPS))  # the normed embedding's one value
     gen = torch.Generator().manual_seed(design.seed + 2)
     q_a, key = probe_query_key(hd, design.kv_probe_offset)
@@ -388,7 +392,7 @@ def model_configs(shape: str) -> tuple[dict, dict]:
     base = dict(vocab_size=VOCAB, max_position_embeddings=MAX_POSITIONS, rms_norm_eps=RMS_EPS,
                 rope_theta=ROPE_THETA, hidden_act="silu", bos_token_id=1, eos_token_id=2,
                 tie_word_embeddings=False, dtype="bfloat16", model_type="llama",
-                head_dim=dims["hidden_size"] // dims["num_attention_heads"], **dims)
+                head_dim=head_dim(dims), **dims)
     target = {**base, "architectures": ["LlamaForCausalLM"]}
     # draft_vocab_size keeps the draft's own lm_head (else it borrows the target's:
     # models/llama_eagle3.py:295-297); no d2t, so draft ids are target ids.

@@ -45,6 +45,11 @@ def walk_run(pairs):
     return model, seq, out
 
 
+def test_each_shape_has_its_head_dim():  # FlashInfer's kernels are built per head dim
+    assert mp.head_dim(mp.SHAPES["1b"]) == 64
+    assert mp.head_dim(mp.SHAPES["8b"]) == 128
+
+
 def test_design_json_matches_request(pairs):
     for a, root in pairs.items():
         d = json.loads((root / "design.json").read_text())
