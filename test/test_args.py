@@ -128,8 +128,29 @@ def test_warns_when_threshold_above_largest_graph(eagle_argv, capsys):
 
 
 def test_no_warning_for_a_reachable_threshold(eagle_argv, capsys):
-    parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"])
+    parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"])  # Triton on a CPU host
     assert FLAG not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("attention, named", [
+    (["--attention-backend", "fa3"], "with --attention-backend fa3 they run"),  # Hopper's default
+    (["--attention-backend", "flashinfer", "--speculative-draft-attention-backend", "fa3"],
+     "with --speculative-draft-attention-backend fa3 they run"),
+    (["--prefill-attention-backend", "flashinfer", "--decode-attention-backend", "triton"],
+     "--prefill-attention-backend flashinfer and --decode-attention-backend triton (hybrid)"),
+])
+def test_warns_when_the_off_path_would_be_upstreams(attention, named, eagle_argv, capsys):
+    parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"] + attention)
+    err = capsys.readouterr().err
+    assert named in err
+    assert "Start with --attention-backend triton or flashinfer for the fast off path" in err
+
+
+@pytest.mark.parametrize("backend", ["triton", "flashinfer"])
+def test_no_off_path_warning_on_a_verified_backend(backend, eagle_argv, capsys):
+    parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64", "--attention-backend", backend,
+                        "--speculative-draft-attention-backend", backend])
+    assert "fast off path" not in capsys.readouterr().err
 
 
 EAGLE = None  # marker: prepend the EAGLE-3 configuration

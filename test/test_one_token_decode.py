@@ -9,8 +9,11 @@ tensors shaped as __init__ makes them).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
+from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 from sglang.srt.layers.attention.flashinfer_backend import (
     FlashInferAttnBackend,
     FlashInferIndicesUpdaterDecode,
@@ -19,7 +22,9 @@ from sglang.srt.layers.attention.flashinfer_backend import (
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
+from sglang_specgate.args import FAST_OFF_PATH_ATTENTION_BACKENDS
 from sglang_specgate.one_token_decode import (
+    VERIFIED_BACKENDS,
     as_decode_batch,
     is_one_token_spec_forward,
     read_one_entry,
@@ -158,3 +163,17 @@ def test_verified_backends_are_converted_without_a_warning(caplog):
     assert use_decode_kernels(bare_flashinfer_backend(max_bs=4))
     assert use_decode_kernels(bare_triton_backend())
     assert "spec gate" not in caplog.text
+
+
+@pytest.mark.parametrize("name", FAST_OFF_PATH_ATTENTION_BACKENDS)
+def test_the_fast_off_path_flags_build_the_verified_classes(name, monkeypatch):
+    """The start-up warning (args.slow_off_path_backends) and the runtime switch agree: each
+    --attention-backend value the former calls fast builds, through SGLang's own registry, a
+    class the latter converts. The constructors allocate on the GPU, so they are stubbed."""
+    for cls in (TritonAttnBackend, FlashInferAttnBackend):
+        monkeypatch.setattr(cls, "__init__", lambda self, *args, **kwargs: None)
+    runner = SimpleNamespace(use_mla_backend=False, init_new_workspace=False,
+                             model_config=SimpleNamespace(is_encoder_decoder=False),
+                             server_args=SimpleNamespace(speculative_algorithm="EAGLE3"))
+    backend = ATTENTION_BACKENDS[name](runner)
+    assert type(backend).__name__ in VERIFIED_BACKENDS

@@ -131,8 +131,18 @@ def test_doctor_passes(eagle_argv):
     assert "[FAIL]" not in result.stdout
     assert result.stdout.count("applied") == len(hooks.HOOKS)
     assert "effective gate: threshold 16, re-enable <= 16 after 8 steps" in result.stdout
+    assert "[ok] fast off path: triton attention" in result.stdout
     assert "[ok] host sequence lengths for plain steps (FlashInfer): on (SGLANG_SPEC_GATE_HOST_SEQ_LENS=<unset>)" \
         in result.stdout
+
+
+def test_doctor_warns_where_the_off_path_is_upstreams(eagle_argv):
+    result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "16",
+                         "--max-running-requests", "64", "--attention-backend", "fa3"])
+    assert result.returncode == 0, result.stdout + result.stderr  # slower, not broken
+    assert "[warn] fast off path: not with --attention-backend fa3: off steps run upstream's " \
+        "steps-0 kernels; start with --attention-backend triton or flashinfer" in result.stdout
+    assert "doctor: all checks passed" in result.stdout
 
 
 def test_doctor_names_a_bad_host_seq_lens_setting():

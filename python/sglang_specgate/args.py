@@ -29,6 +29,10 @@ THRESHOLD_ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
 HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
 DEFAULT_DWELL_STEPS = 8
 GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
+# The --attention-backend values whose backends the fast off path runs on (their classes are
+# one_token_decode.VERIFIED_BACKENDS); on others, off steps run upstream's steps-0 kernels.
+FAST_OFF_PATH_ATTENTION_BACKENDS = ("triton", "flashinfer")
+FAST_OFF_PATH_FIX = "--attention-backend " + " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS)
 
 
 class SpecGateConfigError(ValueError):
@@ -230,6 +234,15 @@ def validate_gate_combination(args: ServerArgs) -> None:
             "--max-running-requests above %d or lower the threshold.",
             THRESHOLD_FLAG, n, max_running, n,
         )
+    slow = slow_off_path_backends(args)
+    if slow:
+        logger.warning(
+            "%s: speculation-off steps are fast on %s attention only; with %s they run "
+            "upstream's steps-0 kernels (not measured there; on Triton those ran at 0.29x a "
+            "plain server at 64 requests). Start with %s for the fast off path.",
+            THRESHOLD_FLAG, " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS), "; ".join(slow),
+            FAST_OFF_PATH_FIX,
+        )
     graph_max_bs = _largest_decode_graph_batch(args)
     if graph_max_bs is not None and n > graph_max_bs:
         logger.warning(
@@ -237,6 +250,22 @@ def validate_gate_combination(args: ServerArgs) -> None:
             "of %d..%d requests run without CUDA graphs. Raise --cuda-graph-max-bs to %d.",
             THRESHOLD_FLAG, n, graph_max_bs, graph_max_bs + 1, n, n,
         )
+
+
+def slow_off_path_backends(args: ServerArgs) -> list[str]:
+    """The attention settings (resolved args; SGLang picks FA3 by default on Hopper) that would
+    build the off state's target-verify or draft-extend backend outside the fast off path."""
+    prefill, decode = args.get_attention_backends()
+    if prefill != decode:  # SGLang composes a HybridAttnBackend of the two
+        target = [f"--prefill-attention-backend {prefill} and --decode-attention-backend {decode} (hybrid)"]
+    elif prefill not in FAST_OFF_PATH_ATTENTION_BACKENDS:
+        target = [f"--attention-backend {prefill}"]
+    else:
+        target = []
+    draft = args.speculative_draft_attention_backend
+    if draft and draft not in FAST_OFF_PATH_ATTENTION_BACKENDS:
+        return target + [f"--speculative-draft-attention-backend {draft}"]
+    return target
 
 
 def _largest_decode_graph_batch(args: ServerArgs) -> Optional[int]:

@@ -2,8 +2,9 @@
 
 Checks, in a fresh process, what a server would do at start-up: the SGLang version, entry
 point discovery by SGLang's own loader, every hook target resolving and being applied, the
-effective threshold (from arguments and the environment) and whether FlashInfer's plain steps
-take the gate's host sequence lengths. Exit status 1 on any problem.
+effective threshold (from arguments and the environment), whether the attention backends give
+the fast off path (a warning, not a problem) and whether FlashInfer's plain steps take the
+gate's host sequence lengths. Exit status 1 on any problem.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ def run(server_argv: list[str]) -> int:
     import sglang
 
     from sglang_specgate import hooks
-    from sglang_specgate.args import (HOST_SEQ_LENS_ENV, THRESHOLD_ENV, SpecGateConfigError,
-                                      host_seq_lens_enabled)
+    from sglang_specgate.args import (FAST_OFF_PATH_FIX, HOST_SEQ_LENS_ENV, THRESHOLD_ENV,
+                                      SpecGateConfigError, host_seq_lens_enabled,
+                                      slow_off_path_backends)
 
     problems = []
 
-    def report(ok: bool, what: str, detail: str = "") -> None:
-        print(f"[{'ok' if ok else 'FAIL'}] {what}{': ' + detail if detail else ''}")
-        if not ok:
+    def report(ok: bool, what: str, detail: str = "", level: str = "FAIL") -> None:
+        """``level`` is how a not-ok check is shown: FAIL counts as a problem, warn does not."""
+        print(f"[{'ok' if ok else level}] {what}{': ' + detail if detail else ''}")
+        if not ok and level == "FAIL":
             problems.append(what)
 
     try:
@@ -72,5 +75,11 @@ def run(server_argv: list[str]) -> int:
                 state = f"threshold {cfg.threshold}" if cfg.enabled else "off (threshold 0)"
                 report(True, "effective gate", f"{state}, re-enable <= {cfg.reenable_threshold} "
                        f"after {cfg.dwell_steps} steps")
+                slow = slow_off_path_backends(args)
+                if cfg.enabled and slow:
+                    report(False, "fast off path", f"not with {'; '.join(slow)}: off steps run "
+                           f"upstream's steps-0 kernels; start with {FAST_OFF_PATH_FIX}", level="warn")
+                elif cfg.enabled:
+                    report(True, "fast off path", f"{args.get_attention_backends()[1]} attention")
     print("doctor: " + ("all checks passed" if not problems else f"{len(problems)} problem(s)"))
     return 1 if problems else 0

@@ -21,6 +21,8 @@ import torch
 
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
+from sglang_specgate.args import FAST_OFF_PATH_FIX
+
 logger = logging.getLogger(__name__)
 
 
@@ -113,12 +115,11 @@ class DecodePathSupport:
 # SGLang with test/gpu passing, the probe pair's target checking its own attention (Triton:
 # benchmark/results/2026-12-02-flashinfer-probe-target; FlashInfer, with the gate's host lengths
 # and without: 2026-12-02-flashinfer-host-lengths-fixed). Others keep upstream's extend kernels,
-# with a warning.
+# with a warning. The --attention-backend values that build them: args.FAST_OFF_PATH_ATTENTION_BACKENDS.
 VERIFIED_BACKENDS = {
     "TritonAttnBackend": DecodePathSupport(_triton_reads_one_entry, _triton_take_rows),
     "FlashInferAttnBackend": DecodePathSupport(_plans_from_host_lengths, _flashinfer_take_rows),
 }
-VERIFIED_BACKEND_FLAGS = "--attention-backend triton or flashinfer"
 
 
 def read_one_entry(backend) -> None:
@@ -190,7 +191,7 @@ def use_decode_kernels(backend) -> bool:
             "speculation-off steps use upstream's steps-0 kernels (slower). For the fast path, "
             "start with %s.",
             cls.__name__,
-            VERIFIED_BACKEND_FLAGS,
+            FAST_OFF_PATH_FIX,
         )
         return False
     if cls not in _decode_classes:
