@@ -3,6 +3,7 @@ ways a server asked for the gate refuses to start without it."""
 
 from __future__ import annotations
 
+import dataclasses
 import pkgutil
 import subprocess
 import sys
@@ -122,6 +123,36 @@ print("still running")
     assert result.returncode == 1
     assert "sglang-specgate supports SGLang 0.5.17, found 0.5.99" in result.stderr
     assert "still running" not in result.stdout
+
+
+def test_doctor_on_an_unsupported_sglang_reports_it_without_a_traceback():
+    # With the real sglang 0.5.23 wheel on PYTHONPATH the doctor crashed importing our ServerArgs
+    # subclass: 0.5.23's ServerArgs is a msgspec Struct, which a dataclass cannot extend. So after
+    # a failed version check the doctor must not import sglang_specgate.args at all.
+    result = run_python(["-c", """
+import sys
+import sglang
+sglang.__version__ = "0.5.23"
+from sglang_specgate.doctor import run
+code = run([])
+print("args imported:", "sglang_specgate.args" in sys.modules)
+sys.exit(code)
+"""])
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[FAIL] SGLang version: sglang-specgate supports SGLang 0.5.17, found 0.5.23" in result.stdout
+    assert "args imported: False" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_target_whose_module_fails_to_import_is_reported_not_raised(tmp_path, monkeypatch):
+    # An incompatible SGLang can fail inside a module's import with any exception (a TypeError
+    # from a dataclass over a changed base, say); doctor and the plugin report it as unresolved.
+    (tmp_path / "broken_sglang_module.py").write_text("raise TypeError('changed base class')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    broken = dataclasses.replace(hooks.HOOKS[0], target="broken_sglang_module.Thing")
+    monkeypatch.setattr(hooks, "HOOKS", (broken,))
+    assert hooks.unresolved_targets() == [
+        "broken_sglang_module.Thing (TypeError: changed base class)"]
 
 
 def test_doctor_passes(eagle_argv):

@@ -20,9 +20,6 @@ def run(server_argv: list[str]) -> int:
     import sglang
 
     from sglang_specgate import hooks
-    from sglang_specgate.args import (FAST_OFF_PATH_FIX, HOST_SEQ_LENS_ENV, THRESHOLD_ENV,
-                                      SpecGateConfigError, host_seq_lens_enabled,
-                                      slow_off_path_backends)
 
     problems = []
 
@@ -55,6 +52,12 @@ def run(server_argv: list[str]) -> int:
             report(hook.target not in inactive, f"hook {hook.kind} applied", hook.target)
 
     if not problems:
+        # Only now: args subclasses SGLang's ServerArgs, which an unsupported SGLang may not allow
+        # (0.5.23's is a msgspec Struct), and the version check above has said so already.
+        from sglang_specgate.args import (FAST_OFF_PATH_FIX, HOST_SEQ_LENS_ENV, THRESHOLD_ENV,
+                                          SpecGateConfigError, host_seq_lens_enabled,
+                                          slow_off_path_backends)
+
         print(f"{THRESHOLD_ENV}={os.environ.get(THRESHOLD_ENV, '<unset>')}")
         try:
             report(True, "host sequence lengths for plain steps (FlashInfer)",
