@@ -115,7 +115,10 @@ class HostSeqLens:
 
     def _watch(self) -> None:
         """Stand down if the count copied at the last look says the GPU disagreed; copy it again
-        once that copy has landed."""
+        once that copy has landed. Landed or not is timing, so TP ranks may stand down some
+        batches apart. Unlike the gate's decisions, that cannot desynchronise them: each rank
+        resolves its lengths alone (no collective), and in the batches between, a rank still on
+        the mirror serves what every rank served until then."""
         if self.watched_copy is not None:
             if not self.watched_copy.query():
                 return
