@@ -132,6 +132,32 @@ def test_no_warning_for_a_reachable_threshold(eagle_argv, capsys):
     assert FLAG not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("knobs, named", [
+    (["--speculative-gate-dwell-steps", "5"], "--speculative-gate-dwell-steps 5: no effect"),
+    (["--speculative-gate-reenable-threshold", "4"], "--speculative-gate-reenable-threshold 4: no effect"),
+    ([FLAG, "0", "--speculative-gate-dwell-steps", "2", "--speculative-gate-reenable-threshold", "1"],
+     "--speculative-gate-dwell-steps 2, --speculative-gate-reenable-threshold 1: no effect"),
+])
+def test_warns_when_gate_knobs_are_set_with_the_gate_off(knobs, named, eagle_argv, capsys):
+    args = parse(eagle_argv + knobs)
+    assert args.gate_config().enabled is False
+    err = capsys.readouterr().err
+    assert named in err
+    assert f"the gate is off ({FLAG} and {ENV} unset or 0). Set {FLAG} N" in err
+
+
+def test_resolved_args_resolve_again_without_a_warning(eagle_argv, capsys):
+    # SGLang's Ray engine re-runs __post_init__ on resolved args (dataclasses.replace).
+    import dataclasses
+
+    for gate in ([], [FLAG, "16", "--max-running-requests", "64"]):
+        args = parse(eagle_argv + gate)
+        capsys.readouterr()
+        again = dataclasses.replace(args)
+        assert again.gate_config() == args.gate_config()
+        assert "no effect" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("attention, named", [
     (["--attention-backend", "fa3"], "with --attention-backend fa3 they run"),  # Hopper's default
     (["--attention-backend", "flashinfer", "--speculative-draft-attention-backend", "fa3"],

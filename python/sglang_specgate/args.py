@@ -132,15 +132,18 @@ class GateServerArgs(ServerArgs):
             threshold = non_negative_int(threshold, THRESHOLD_FLAG)
         dwell = non_negative_int(self.speculative_gate_dwell_steps, DWELL_FLAG)
         reenable = self.speculative_gate_reenable_threshold
-        if reenable is None:
-            reenable = threshold
-        else:
+        if reenable is not None:
             reenable = non_negative_int(reenable, REENABLE_FLAG)
-            if reenable > threshold:
-                raise SpecGateConfigError(
-                    f"{REENABLE_FLAG} ({reenable}) must be <= {THRESHOLD_FLAG} "
-                    f"({threshold}); lower it or leave it unset."
-                )
+        if not threshold:
+            _warn_knobs_without_gate(dwell, reenable)
+            reenable = 0
+        elif reenable is None:
+            reenable = threshold
+        elif reenable > threshold:
+            raise SpecGateConfigError(
+                f"{REENABLE_FLAG} ({reenable}) must be <= {THRESHOLD_FLAG} "
+                f"({threshold}); lower it or leave it unset."
+            )
         self.speculative_disable_batch_threshold = threshold
         self.speculative_gate_dwell_steps = dwell
         self.speculative_gate_reenable_threshold = reenable
@@ -150,6 +153,24 @@ class GateServerArgs(ServerArgs):
             threshold=self.speculative_disable_batch_threshold or 0,
             reenable_threshold=self.speculative_gate_reenable_threshold or 0,
             dwell_steps=self.speculative_gate_dwell_steps,
+        )
+
+
+def _warn_knobs_without_gate(dwell: int, reenable: Optional[int]) -> None:
+    """The gate's other knobs set while it is off: said, not silently ignored. Compared with what
+    an unset knob resolves to, so SGLang re-resolving resolved args (dataclasses.replace, as its
+    Ray engine does) adds no warning of its own."""
+    ignored = []
+    if dwell != DEFAULT_DWELL_STEPS:
+        ignored.append(f"{DWELL_FLAG} {dwell}")
+    if reenable:  # unset, or 0: what an off gate resolves it to
+        ignored.append(f"{REENABLE_FLAG} {reenable}")
+    if ignored:
+        logger.warning(
+            "%s: no effect, the gate is off (%s and %s unset or 0). Set %s N to gate "
+            "speculation, or drop %s.",
+            ", ".join(ignored), THRESHOLD_FLAG, THRESHOLD_ENV, THRESHOLD_FLAG,
+            "it" if len(ignored) == 1 else "them",
         )
 
 

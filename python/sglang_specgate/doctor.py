@@ -75,9 +75,9 @@ def run(server_argv: list[str]) -> int:
                 report(False, "server arguments resolve", f"{type(e).__name__}: {e}")
             else:
                 cfg = args.gate_config()
-                state = f"threshold {cfg.threshold}" if cfg.enabled else "off (threshold 0)"
-                report(True, "effective gate", f"{state}, re-enable <= {cfg.reenable_threshold} "
-                       f"after {cfg.dwell_steps} steps")
+                report(True, "effective gate", f"threshold {cfg.threshold}, re-enable <= "
+                       f"{cfg.reenable_threshold} after {cfg.dwell_steps} steps"
+                       if cfg.enabled else "off (threshold 0)")
                 slow = slow_off_path_backends(args)
                 if cfg.enabled and slow:
                     report(False, "fast off path", f"not with {'; '.join(slow)}: off steps run "
