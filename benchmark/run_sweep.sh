@@ -14,8 +14,9 @@
 #      PYTHON        interpreter (default python3)
 # Exit status: non-zero if a server, a level, the report or find_threshold failed.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 PYTHON=${PYTHON:-python3}
+# shellcheck disable=SC2054  # the commas separate sweep.py's list values, not array elements
 if [ "${1:-}" = "--quick" ]; then
   shift
   name=quick

@@ -195,6 +195,15 @@ def test_workflows_pass_actionlint():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_shell_scripts_pass_shellcheck():
+    # The device plans are sourced by gpu_job.sh, which runs them under bash; a mistake in one
+    # shows only on the GPU host, after its install, in device minutes.
+    listed = run(["git", "ls-files", "*.sh", ".ci/run"], cwd=ROOT, check=True).stdout.split()
+    assert "benchmark/gpu_job.sh" in listed and "benchmark/plans/robustness.sh" in listed
+    result = run([tool("shellcheck"), "--severity=warning", "--shell=bash", *listed], cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def _run_steps(workflow: str) -> list[str]:
     jobs = yaml.safe_load((ROOT / ".github" / "workflows" / workflow).read_text())["jobs"]
     return [step["run"] for job in jobs.values() for step in job["steps"] if "run" in step]
