@@ -179,9 +179,7 @@ def test_no_off_path_warning_on_a_verified_backend(backend, eagle_argv, capsys):
     assert "fast off path" not in capsys.readouterr().err
 
 
-EAGLE = None  # marker: prepend the EAGLE-3 configuration
-
-# (name, argv after the marker, env value, substrings the error must contain)
+# (name, argv after the EAGLE-3 configuration, env value, substrings the error must contain)
 BAD_CLI = [
     ("negative", [FLAG, "-1"], None, [FLAG, ">= 0"]),
     ("not a number", [FLAG, "abc"], None, [FLAG, "non-negative integer", "'abc'"]),
