@@ -252,6 +252,20 @@ def test_threshold_without_eagle(argv, expected, model_dirs, capsys):
     assert expected in capsys.readouterr().err
 
 
+def test_tree_drafting_sglang_chose_is_named_as_its_choice(model_dirs, capsys):
+    # The EAGLE-3 flags users start from name no drafting parameters; for a Llama target SGLang
+    # then picks tree drafting (5, 4, 8; speculative_hook.py _auto_choose_speculative_params).
+    target, draft = model_dirs
+    with pytest.raises(SystemExit) as exit_info:
+        parse(["--model-path", target, "--device", "cuda", "--speculative-algorithm", "EAGLE3",
+               "--speculative-draft-model-path", draft, FLAG, "8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert ("SGLang chose --speculative-num-steps 5 --speculative-eagle-topk 4 "
+            "--speculative-num-draft-tokens 8 for this model, as none of them was given") in err
+    assert "Pass --speculative-eagle-topk 1 together with --speculative-num-steps S" in err
+
+
 @pytest.mark.parametrize("value", ["8x", -2, 2.0, True, None.__class__])
 def test_bad_engine_kwarg_raises_named_error(value, model_dirs):
     from sglang.srt.entrypoints.engine import Engine

@@ -115,12 +115,15 @@ class GateServerArgs(ServerArgs):
         self._resolve_gate_fields()
         if self.speculative_disable_batch_threshold:
             _require_active_hooks()
+        # Without --speculative-num-steps SGLang picks all three drafting parameters itself
+        # (speculative_hook.py:588-601): tree drafting, topk 4, for Llama targets.
+        drafting_chosen_by_sglang = self.speculative_num_steps is None and not self.speculative_adaptive
         super().__post_init__()
         if self.speculative_disable_batch_threshold and self.model_path.lower() not in (
             "none",
             "dummy",
         ):
-            validate_gate_combination(self)
+            validate_gate_combination(self, drafting_chosen_by_sglang)
 
     def _resolve_gate_fields(self) -> None:
         host_seq_lens_enabled()  # read again in the scheduler processes; garbage fails here first
@@ -225,8 +228,9 @@ def _require_active_hooks() -> None:
         )
 
 
-def validate_gate_combination(args: ServerArgs) -> None:
-    """Reject what the gate cannot run and warn where it could never fire (resolved args)."""
+def validate_gate_combination(args: ServerArgs, drafting_chosen_by_sglang: bool = False) -> None:
+    """Reject what the gate cannot run and warn where it could never fire (resolved args).
+    ``drafting_chosen_by_sglang``: no drafting parameter was given, so SGLang chose them."""
     n = args.speculative_disable_batch_threshold
     algorithm = args.speculative_algorithm
     if algorithm not in GATED_ALGORITHMS:
@@ -235,10 +239,16 @@ def validate_gate_combination(args: ServerArgs) -> None:
             f"(got {algorithm}). Add it with a draft model, or drop {THRESHOLD_FLAG}."
         )
     if args.speculative_eagle_topk != 1:
+        drafting = (
+            f"SGLang chose --speculative-num-steps {args.speculative_num_steps} "
+            f"--speculative-eagle-topk {args.speculative_eagle_topk} --speculative-num-draft-tokens "
+            f"{args.speculative_num_draft_tokens} for this model, as none of them was given"
+            if drafting_chosen_by_sglang else f"got --speculative-eagle-topk {args.speculative_eagle_topk}"
+        )
         raise SpecGateConfigError(
-            f"{THRESHOLD_FLAG} supports chain drafting only, got --speculative-eagle-topk "
-            f"{args.speculative_eagle_topk}. Pass --speculative-eagle-topk 1 together with "
-            "--speculative-num-steps S --speculative-num-draft-tokens S+1."
+            f"{THRESHOLD_FLAG} supports chain drafting only; {drafting}. Pass "
+            "--speculative-eagle-topk 1 together with --speculative-num-steps S "
+            "--speculative-num-draft-tokens S+1 (the project measured S = 3)."
         )
     for is_set, flag, reason in _UNSUPPORTED:
         if is_set(args):
