@@ -203,6 +203,8 @@ BAD_CLI = [
      None, [FLAG, "--enable-lora"]),
     ("multi-layer eagle", [FLAG, "8", "--enable-multi-layer-eagle"], None, [FLAG, "--enable-multi-layer-eagle"]),
     ("with upstream adaptive", [FLAG, "8", "--speculative-adaptive"], None, [FLAG, "--speculative-adaptive"]),
+    ("no draft steps", [FLAG, "8", "--speculative-num-steps", "0", "--speculative-num-draft-tokens", "1"], None,
+     [FLAG, "--speculative-num-steps 0", "no speculation to turn off"]),
 ]
 
 

@@ -211,6 +211,8 @@ _UNSUPPORTED: tuple[tuple[Callable[[ServerArgs], bool], str, str], ...] = (
      "multi-layer EAGLE uses a different worker"),
     (lambda a: a.speculative_adaptive, "--speculative-adaptive",
      "both would drive the same step-switching controller"),
+    (lambda a: a.speculative_num_steps == 0, "--speculative-num-steps 0",
+     "with no draft steps there is no speculation to turn off"),
 )
 
 
