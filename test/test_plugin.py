@@ -144,6 +144,25 @@ sys.exit(code)
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_doctor_without_sglang_says_to_install_it():
+    # A meta path finder that refuses sglang stands in for an environment without it.
+    result = run_python(["-c", """
+import sys
+class NoSGLang:
+    def find_spec(self, name, path=None, target=None):
+        if name == "sglang" or name.startswith("sglang."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, NoSGLang())
+from sglang_specgate.doctor import run
+sys.exit(run([]))
+"""])
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[FAIL] SGLang version: SGLang does not import here (No module named 'sglang'). " \
+        "Install it: pip install sglang==0.5.17" in result.stdout
+    assert "hook target resolves" not in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
 def test_a_target_whose_module_fails_to_import_is_reported_not_raised(tmp_path, monkeypatch):
     # An incompatible SGLang can fail inside a module's import with any exception (a TypeError
     # from a dataclass over a changed base, say); doctor and the plugin report it as unresolved.

@@ -17,8 +17,6 @@ ENTRY_POINT_NAME = "spec_gate"
 
 
 def run(server_argv: list[str]) -> int:
-    import sglang
-
     from sglang_specgate import hooks
 
     problems = []
@@ -30,10 +28,17 @@ def run(server_argv: list[str]) -> int:
             problems.append(what)
 
     try:
-        hooks.check_sglang_version(sglang.__version__)
-        report(True, "SGLang version", sglang.__version__)
-    except hooks.IncompatibleSGLangError as e:
-        report(False, "SGLang version", str(e))
+        import sglang
+    except ImportError as e:  # pip install --no-deps, or another environment's interpreter
+        sglang = None
+        report(False, "SGLang version", f"SGLang does not import here ({e}). Install it: "
+               f"pip install sglang=={hooks.SUPPORTED_SGLANG_VERSIONS[-1]}")
+    else:
+        try:
+            hooks.check_sglang_version(sglang.__version__)
+            report(True, "SGLang version", sglang.__version__)
+        except hooks.IncompatibleSGLangError as e:
+            report(False, "SGLang version", str(e))
 
     ours = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == ENTRY_POINT_NAME]
     report(bool(ours), "entry point", f"{ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME}")
@@ -41,7 +46,7 @@ def run(server_argv: list[str]) -> int:
     if allowed and ENTRY_POINT_NAME not in {x.strip() for x in allowed.split(",")}:
         report(False, "SGLANG_PLUGINS", f"{allowed!r} excludes {ENTRY_POINT_NAME}")
 
-    for target in hooks.unresolved_targets():
+    for target in hooks.unresolved_targets() if sglang is not None else ():
         report(False, "hook target resolves", target)
     if not problems:
         from sglang.srt.plugins import load_plugins
