@@ -19,6 +19,7 @@ covered the 8B pair alone, and a 1B FlashInfer run failed on it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -125,8 +126,8 @@ def probe_attention(shape: str, backend: str) -> float:
     dim = head_dim(dims)
     heads, kv_heads = dims["num_attention_heads"], dims["num_key_value_heads"]
     qo_lens, kv_lens = [7, 33], [40, 33]
-    qo_indptr = torch.tensor([0, 7, 40], dtype=torch.int32, device="cuda")
-    kv_indptr = torch.tensor([0, 40, 73], dtype=torch.int32, device="cuda")
+    qo_indptr, kv_indptr = (torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device="cuda")
+                            for lens in (qo_lens, kv_lens))
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(sum(qo_lens), heads, dim, generator=gen, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(sum(kv_lens), kv_heads, dim, generator=gen, device="cuda", dtype=torch.bfloat16)
@@ -137,7 +138,7 @@ def probe_attention(shape: str, backend: str) -> float:
 
     paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend)
     paged.plan(qo_indptr, kv_indptr, torch.arange(sum(kv_lens), dtype=torch.int32, device="cuda"),
-               torch.ones(2, dtype=torch.int32, device="cuda"), heads, kv_heads, dim, 1, **common)
+               torch.ones(len(kv_lens), dtype=torch.int32, device="cuda"), heads, kv_heads, dim, 1, **common)
     paged_out = paged.run(q, torch.stack([k, v], dim=1).unsqueeze(2))  # [page, K/V, 1, head, dim]
 
     ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend=backend)
