@@ -46,8 +46,9 @@ def run(server_argv: list[str]) -> int:
     if allowed and ENTRY_POINT_NAME not in {x.strip() for x in allowed.split(",")}:
         report(False, "SGLANG_PLUGINS", f"{allowed!r} excludes {ENTRY_POINT_NAME}")
 
-    for target in hooks.unresolved_targets() if sglang is not None else ():
-        report(False, "hook target resolves", target)
+    if sglang is not None:
+        for target in hooks.unresolved_targets():
+            report(False, "hook target resolves", target)
     if not problems:
         from sglang.srt.plugins import load_plugins
 
@@ -83,11 +84,12 @@ def run(server_argv: list[str]) -> int:
                 report(True, "effective gate", f"threshold {cfg.threshold}, re-enable <= "
                        f"{cfg.reenable_threshold} after {cfg.dwell_steps} steps"
                        if cfg.enabled else "off (threshold 0)")
-                slow = slow_off_path_backends(args)
-                if cfg.enabled and slow:
-                    report(False, "fast off path", f"not with {'; '.join(slow)}: off steps run "
-                           f"upstream's steps-0 kernels; start with {FAST_OFF_PATH_FIX}", level="warn")
-                elif cfg.enabled:
-                    report(True, "fast off path", f"{args.get_attention_backends()[1]} attention")
+                if cfg.enabled:
+                    slow = slow_off_path_backends(args)
+                    if slow:
+                        report(False, "fast off path", f"not with {'; '.join(slow)}: off steps run "
+                               f"upstream's steps-0 kernels; start with {FAST_OFF_PATH_FIX}", level="warn")
+                    else:
+                        report(True, "fast off path", f"{args.get_attention_backends()[1]} attention")
     print("doctor: " + ("all checks passed" if not problems else f"{len(problems)} problem(s)"))
     return 1 if problems else 0
