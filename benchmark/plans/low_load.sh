@@ -8,10 +8,12 @@
 # - A host-and-GPU trace of 200 forward steps at C = 16 shows what the scheduler did around
 #   each prefill (kernel_profile.idle_causes).
 # Then, with the GPU to itself, the TP = 1 GPU suite on Triton in its 204-request form (last
-# passed in full on the current code: results/2026-12-03-gpu-tests-204-requests-triton-final).
+# passed in full on `085f297`'s package: results/2026-12-03-gpu-tests-204-requests-triton-final).
 # About 12 device minutes on one H200 for the sweep, 11 more for the suite; the suite comes last,
 # so a session short of time loses only it.
 #   bash benchmark/gpu_job.sh start benchmark/plans/low_load.sh 560
+# - Run on 11960db (the code of e494898): results/2026-12-03-offcost-8b-2.2-low-load-triton, and
+#   the suite cut by the device budget after 7 of 11, results/2026-12-03-gpu-tests-204-requests-triton-cut.
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 phase triton python3 benchmark/sweep.py --run-dir "$RESULTS/triton" \
   --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \

@@ -1,6 +1,6 @@
 # What being off costs (issue 3, item 3): the gate at N = 9 against a plain server on both
 # verified attention backends, C = 16 to 128, each level twice, on the 8B pair of accept length
-# 2.2, with a profiled run of C = 128 for each server. Last run on the final code:
+# 2.2, with a profiled run of C = 128 for each server. Last run, on ee043d2:
 # benchmark/results/2026-12-02-offcost-8b-2.2-both-backends (throughput 0.96-1.05x plain at
 # every C, TPOT over 5 % at C = 16-32). Its 20-step level profiles held 4 prefills in one
 # server's window and 8 in the other's: 100 steps now.
