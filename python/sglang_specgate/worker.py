@@ -15,7 +15,7 @@ is also captured at batch sizes above the decode batch's largest. The tensors up
 for every plain step whose values never change (its one-node verify tree, the stand-ins for the
 skipped draft outputs) are built once (plain_step_constants.py). Switching is upstream's
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
-acceptance EMA. For backends that plan on host sequence lengths (FlashInfer), the worker
+acceptance EMA; what each swap leaves behind is kept bounded (state_switch.py). For backends that plan on host sequence lengths (FlashInfer), the worker
 records the lengths each forward publishes where the host knows them, so the scheduler need not
 wait for the GPU's copy after a plain step (host_seq_lens.py). What the off state costs against
 a plain server (C = 16-128): benchmark/results/2026-12-03-offcost-8b-2.2-final-triton (Triton)
@@ -36,6 +36,7 @@ from types import SimpleNamespace
 from sglang.srt.environ import envs
 from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
 from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
+from sglang.srt.runtime_context import get_context
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
@@ -50,6 +51,7 @@ from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.reenable import ReenableAcceptance
+from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream_switch_line
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +141,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         # Set before the scheduler calls init_cuda_graphs, which registers the speculative
         # state and builds the steps-0 state through build_adaptive_runtime_state.
         self.adaptive_controller = GateController(self, self.gate_params)
+        mute_upstream_switch_line()  # the gate logs its switches itself, rate-limited
         self.fast_off_path = None  # known once the steps-0 state is built
         self.off_draft_extend = None  # kv_only_draft's FULL, KV_ONLY or KV_STORE, known then too
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
@@ -190,6 +193,12 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         else:
             self.deferred_draft_kv = DeferredDraftKV(runner)
         return state
+
+    def apply_runtime_state(self, state) -> None:
+        """Upstream's swap of captured states, which the controller calls on every switch;
+        the override it records each time must not pile up (state_switch.py)."""
+        super().apply_runtime_state(state)
+        drop_superseded_restores(get_context())
 
     def init_attention_backends(self) -> None:
         super().init_attention_backends()

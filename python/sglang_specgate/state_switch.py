@@ -1,0 +1,44 @@
+"""What upstream's runtime-state swap leaves behind on every gate switch, kept bounded.
+
+``EAGLEWorkerV2.apply_runtime_state`` (eagle_worker_v2.py:1377-1422) was written for upstream's
+adaptive controller; the gate calls it whenever load crosses N, at most twice in every
+dwell + 2 decode steps but for as long as the server runs. Each call
+- logs "Switch adaptive runtime state: ..." at INFO on rank 0, unthrottled, beside the gate's
+  own line, which is rate-limited (observability.SwitchLog);
+- appends ``("adaptive_spec.restore", {steps, draft tokens})`` to the RuntimeContext's log of
+  config overrides (runtime_context.py:902), which nothing trims and every /server_info walks
+  (``resolved_server_args_dict``, :934, from scheduler.py:4168): 100,000 switches on the CPU held
+  26 MB there and made that walk take 46 ms.
+"""
+
+from __future__ import annotations
+
+import logging
+
+UPSTREAM_SWITCH_LOGGER = "sglang.srt.speculative.eagle_worker_v2"
+UPSTREAM_SWITCH_LINE = "Switch adaptive runtime state"
+RESTORE_OVERRIDE = "adaptive_spec.restore"  # the source name upstream's swap logs under
+
+
+class _WithoutUpstreamSwitchLine(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(UPSTREAM_SWITCH_LINE)
+
+
+def mute_upstream_switch_line() -> None:
+    """Drop upstream's per-switch line from its module's logger; its other lines pass."""
+    upstream = logging.getLogger(UPSTREAM_SWITCH_LOGGER)
+    if not any(isinstance(f, _WithoutUpstreamSwitchLine) for f in upstream.filters):
+        upstream.addFilter(_WithoutUpstreamSwitchLine())
+
+
+def drop_superseded_restores(context) -> None:
+    """Keep only the newest restore entry of ``context``'s override log. Its readers overlay the
+    entries in order (runtime_context.py:934, draft_worker_common.py:111-112), and the newest
+    sets every field an older restore set, so what they read is unchanged; only the log's
+    provenance loses the earlier switches, which the gate counts itself."""
+    log = context._overrides_log
+    if not log or log[-1][0] != RESTORE_OVERRIDE:
+        return
+    newest = log[-1][1].keys()
+    log[:-1] = [entry for entry in log[:-1] if not (entry[0] == RESTORE_OVERRIDE and entry[1].keys() <= newest)]
