@@ -57,6 +57,30 @@ def test_env_applies_when_flag_absent(eagle_argv, monkeypatch):
     assert parse(eagle_argv).speculative_disable_batch_threshold == 12
 
 
+@pytest.mark.parametrize("value", ["", "  "])
+def test_empty_env_means_unset(value, eagle_argv, monkeypatch):
+    monkeypatch.setenv(ENV, value)  # as a compose file's ${VAR:-} leaves it
+    assert parse(eagle_argv).speculative_disable_batch_threshold == 0
+
+
+def test_env_leaves_a_server_that_does_not_speculate_ungated_and_says_so(model_dirs, monkeypatch, capsys):
+    # An image-wide variable must not stop that image's plain servers; the flag does (below).
+    monkeypatch.setenv(ENV, "8")
+    args = parse(["--model-path", model_dirs[0], "--device", "cuda"])
+    assert args.speculative_disable_batch_threshold == 0
+    assert f"{ENV}=8 in the environment: no effect, this server does not speculate" in capsys.readouterr().err
+
+
+def test_env_with_a_speculation_the_gate_cannot_drive_is_refused_naming_it(model_dirs, monkeypatch, capsys):
+    monkeypatch.setenv(ENV, "8")
+    with pytest.raises(SystemExit) as exit_info:
+        parse(["--model-path", model_dirs[0], "--device", "cuda", "--speculative-algorithm", "NGRAM"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{ENV}=8 in the environment needs --speculative-algorithm EAGLE or EAGLE3 (got NGRAM)" in err
+    assert f"or unset {ENV}." in err
+
+
 def test_explicit_flag_wins_over_env(eagle_argv, monkeypatch):
     monkeypatch.setenv(ENV, "12")
     assert parse(eagle_argv + [FLAG, "20"]).speculative_disable_batch_threshold == 20
@@ -188,14 +212,27 @@ BAD_CLI = [
     ("negative dwell", [FLAG, "8", "--speculative-gate-dwell-steps", "-3"], None,
      ["--speculative-gate-dwell-steps", ">= 0"]),
     ("re-enable above threshold", [FLAG, "8", "--speculative-gate-reenable-threshold", "9"], None,
-     ["--speculative-gate-reenable-threshold", "must be <=", FLAG]),
+     ["--speculative-gate-reenable-threshold 9", "must be from 1 to the threshold", f"{FLAG} 8"]),
+    # Batches never fall to 0 requests: speculation would be off for good, silently.
+    ("re-enable at 0", [FLAG, "8", "--speculative-gate-reenable-threshold", "0"], None,
+     ["--speculative-gate-reenable-threshold 0", "must be from 1 to the threshold", "leave it unset"]),
     ("garbage env", [], "lots", [ENV, "non-negative integer", "'lots'"]),
     ("negative env", [], "-4", [ENV, ">= 0"]),
     ("float env", [], "1e3", [ENV, "non-negative integer"]),
+    ("doubled sign env", [], "+-5", [ENV, "non-negative integer", "'+-5'"]),
+    ("superscript env", [], "\u00b2", [ENV, "non-negative integer"]),
+    # Errors about a threshold from the environment name the variable, not a flag never passed.
+    ("env re-enable above threshold", ["--speculative-gate-reenable-threshold", "9"], "8",
+     [f"the threshold ({ENV}=8 in the environment)", "must be from 1"]),
+    ("env with topk > 1", ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"], "8",
+     [f"{ENV}=8 in the environment: the gate supports chain drafting only"]),
+    ("env with dp attention", ["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], "8",
+     [f"{ENV}=8 in the environment cannot be combined with --enable-dp-attention",
+      f"unset {ENV} to run without the gate"]),
     ("topk > 1", [FLAG, "8", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
      None, [FLAG, "--speculative-eagle-topk 1"]),
     ("dp attention", [FLAG, "8", "--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], None,
-     [FLAG, "--enable-dp-attention", "Drop one"]),
+     [FLAG, "--enable-dp-attention", "Change one of the two", f"drop {FLAG} to run without the gate"]),
     ("pipeline parallel", [FLAG, "8", "--pp-size", "2"], None, [FLAG, "--pp-size"]),
     ("two-batch overlap", [FLAG, "8", "--enable-two-batch-overlap"], None, [FLAG, "--enable-two-batch-overlap"]),
     ("pdmux", [FLAG, "8", "--enable-pdmux"], None, [FLAG, "--enable-pdmux"]),
@@ -205,6 +242,9 @@ BAD_CLI = [
     ("with upstream adaptive", [FLAG, "8", "--speculative-adaptive"], None, [FLAG, "--speculative-adaptive"]),
     ("no draft steps", [FLAG, "8", "--speculative-num-steps", "0", "--speculative-num-draft-tokens", "1"], None,
      [FLAG, "--speculative-num-steps 0", "no speculation to turn off"]),
+    # Plain steps' verify input has no draft_probs: SGLang's rejection sampler raises on them.
+    ("rejection sampling", [FLAG, "8", "--speculative-use-rejection-sampling"], None,
+     [FLAG, "--speculative-use-rejection-sampling", "draft's token distribution"]),
 ]
 
 

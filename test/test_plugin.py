@@ -212,6 +212,25 @@ def test_doctor_reports_server_arguments_that_do_not_resolve(tmp_path):
     assert "doctor: 1 problem(s)" in result.stdout
 
 
+def test_doctor_reports_a_refused_gate_with_its_summary(eagle_argv):
+    # The gate's refusal (args.exit_on_config_error) ends resolution with SystemExit(2).
+    result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "16",
+                         "--speculative-use-rejection-sampling"])
+    assert result.returncode == 1
+    assert "cannot be combined with --speculative-use-rejection-sampling" in result.stderr
+    assert "[FAIL] server arguments resolve: refused with exit status 2" in result.stdout
+    assert "doctor: 1 problem(s)" in result.stdout
+
+
+def test_doctor_checks_the_threshold_variable_without_server_arguments():
+    result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_SPEC_DISABLE_BATCH_THRESHOLD": "lots"})
+    assert result.returncode == 1
+    assert "[FAIL] SGLANG_SPEC_DISABLE_BATCH_THRESHOLD: SGLANG_SPEC_DISABLE_BATCH_THRESHOLD must be a " \
+        "non-negative integer, got 'lots'." in result.stdout
+    result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_SPEC_DISABLE_BATCH_THRESHOLD": " 12 "})
+    assert "[ok] SGLANG_SPEC_DISABLE_BATCH_THRESHOLD: 12" in result.stdout
+
+
 def test_doctor_fails_when_plugin_excluded():
     result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_PLUGINS": "other"})
     assert result.returncode == 1

@@ -84,7 +84,7 @@ def test_the_peek_predicts_each_step_and_records_nothing():
 
 @pytest.mark.parametrize(
     "threshold, reenable, dwell",
-    [(-1, 0, 0), (4, 5, 0), (4, -1, 0), (4, 4, -2)],
+    [(-1, 0, 0), (4, 5, 0), (4, -1, 0), (4, 0, 0), (0, 1, 0), (4, 4, -2)],
 )
 def test_invalid_config_rejected(threshold, reenable, dwell):
     with pytest.raises(ValueError):

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import re
 import sys
 from typing import Callable, Optional
 
@@ -35,6 +36,10 @@ FAST_OFF_PATH_ATTENTION_BACKENDS = ("triton", "flashinfer")
 FAST_OFF_PATH_FIX = "--attention-backend " + " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS)
 
 
+# Not str.isdigit, which takes "²" and other Unicode digits int() rejects.
+_COUNT = re.compile(r"[+-]?[0-9]+")
+
+
 class SpecGateConfigError(ValueError):
     """A gate setting that cannot work; the message names the flag and the fix."""
 
@@ -45,8 +50,8 @@ def parse_count(value: object) -> int:
         raise ValueError(f"must be a non-negative integer, got {value!r}")
     if isinstance(value, int):
         parsed = value
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        parsed = int(value.strip())
+    elif isinstance(value, str) and _COUNT.fullmatch(value.strip()):
+        parsed = int(value)
     else:
         raise ValueError(f"must be a non-negative integer, got {value!r}")
     if parsed < 0:
@@ -60,6 +65,21 @@ def non_negative_int(value: object, source: str) -> int:
         return parse_count(value)
     except ValueError as e:
         raise SpecGateConfigError(f"{source} {e}.") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class ThresholdSetting:
+    """The resolved threshold and where it came from, so that messages name what was set."""
+
+    n: int
+    from_env: bool = False
+
+    def __str__(self) -> str:
+        return f"{THRESHOLD_ENV}={self.n} in the environment" if self.from_env else f"{THRESHOLD_FLAG} {self.n}"
+
+    @property
+    def removal(self) -> str:
+        return f"unset {THRESHOLD_ENV}" if self.from_env else f"drop {THRESHOLD_FLAG}"
 
 
 def _cli_count(text: str) -> int:
@@ -102,7 +122,7 @@ class GateServerArgs(ServerArgs):
         Arg(
             help=(
                 "Resume speculation only when the decode batch is <= this many requests "
-                f"(hysteresis). Default: the value of {THRESHOLD_FLAG}."
+                f"(hysteresis), from 1 to {THRESHOLD_FLAG}. Default: that threshold."
             ),
             type_parser=_cli_count,
         ),
@@ -112,44 +132,54 @@ class GateServerArgs(ServerArgs):
     def __post_init__(self):
         # Fields are writable until SGLang's resolution materializes them at the end of
         # super().__post_init__(), so the gate's own fields are resolved first.
-        self._resolve_gate_fields()
-        if self.speculative_disable_batch_threshold:
-            _require_active_hooks()
+        setting = self._resolve_gate_fields()
+        if setting.n:
+            _require_active_hooks(setting)
         # Without --speculative-num-steps SGLang picks all three drafting parameters itself
         # (speculative_hook.py:588-601): tree drafting, topk 4, for Llama targets.
         drafting_chosen_by_sglang = self.speculative_num_steps is None and not self.speculative_adaptive
         super().__post_init__()
-        if self.speculative_disable_batch_threshold and self.model_path.lower() not in (
-            "none",
-            "dummy",
-        ):
-            validate_gate_combination(self, drafting_chosen_by_sglang)
+        if setting.n and self.model_path.lower() not in ("none", "dummy"):
+            validate_gate_combination(self, setting, drafting_chosen_by_sglang)
 
-    def _resolve_gate_fields(self) -> None:
+    def _resolve_gate_fields(self) -> ThresholdSetting:
         host_seq_lens_enabled()  # read again in the scheduler processes; garbage fails here first
-        threshold = self.speculative_disable_batch_threshold
-        if threshold is None:
-            env = os.environ.get(THRESHOLD_ENV)
-            threshold = 0 if env is None else non_negative_int(env, THRESHOLD_ENV)
-        else:
-            threshold = non_negative_int(threshold, THRESHOLD_FLAG)
+        setting = self._threshold_setting()
         dwell = non_negative_int(self.speculative_gate_dwell_steps, DWELL_FLAG)
         reenable = self.speculative_gate_reenable_threshold
         if reenable is not None:
             reenable = non_negative_int(reenable, REENABLE_FLAG)
-        if not threshold:
+        if not setting.n:
             _warn_knobs_without_gate(dwell, reenable)
             reenable = 0
         elif reenable is None:
-            reenable = threshold
-        elif reenable > threshold:
+            reenable = setting.n
+        elif not 1 <= reenable <= setting.n:
             raise SpecGateConfigError(
-                f"{REENABLE_FLAG} ({reenable}) must be <= {THRESHOLD_FLAG} "
-                f"({threshold}); lower it or leave it unset."
+                f"{REENABLE_FLAG} {reenable} must be from 1 to the threshold ({setting}): "
+                "decode batches hold at least one request, and speculation resumes only at or "
+                "below it. Change it, or leave it unset to resume at the threshold."
             )
-        self.speculative_disable_batch_threshold = threshold
+        self.speculative_disable_batch_threshold = setting.n
         self.speculative_gate_dwell_steps = dwell
         self.speculative_gate_reenable_threshold = reenable
+        return setting
+
+    def _threshold_setting(self) -> ThresholdSetting:
+        """An explicit flag, kwarg or YAML value wins over the environment. An environment set
+        for every server (a container image's) leaves one that does not speculate ungated, and
+        says so: there is nothing to gate, where a flag asking for it is refused."""
+        if self.speculative_disable_batch_threshold is not None:
+            return ThresholdSetting(non_negative_int(self.speculative_disable_batch_threshold, THRESHOLD_FLAG))
+        env = os.environ.get(THRESHOLD_ENV, "").strip()
+        if not env:
+            return ThresholdSetting(0)
+        setting = ThresholdSetting(non_negative_int(env, THRESHOLD_ENV), from_env=True)
+        if setting.n and self.speculative_algorithm is None:
+            logger.warning("%s: no effect, this server does not speculate (no --speculative-algorithm). "
+                           "Unset it for such servers to drop this warning.", setting)
+            return ThresholdSetting(0)
+        return setting
 
     def gate_config(self) -> GateConfig:
         return GateConfig(
@@ -213,10 +243,14 @@ _UNSUPPORTED: tuple[tuple[Callable[[ServerArgs], bool], str, str], ...] = (
      "both would drive the same step-switching controller"),
     (lambda a: a.speculative_num_steps == 0, "--speculative-num-steps 0",
      "with no draft steps there is no speculation to turn off"),
+    (lambda a: a.speculative_use_rejection_sampling, "--speculative-use-rejection-sampling",
+     "plain steps verify without the draft's token distribution that rejection sampling "
+     "needs, so the first sampled request in one would stop the scheduler "
+     "(eagle_utils.py:784-791), and the step after one drafts from stand-ins"),
 )
 
 
-def _require_active_hooks() -> None:
+def _require_active_hooks(setting: ThresholdSetting) -> None:
     # SGLang's plugin loader only logs a hook that failed to apply; a server asked for the
     # gate must not start without it.
     from sglang_specgate.hooks import inactive_targets
@@ -224,21 +258,22 @@ def _require_active_hooks() -> None:
     inactive = inactive_targets()
     if inactive:
         raise SpecGateConfigError(
-            f"{THRESHOLD_FLAG} is set but these sglang-specgate hooks are not active: "
+            f"{setting} asks for the gate, but these sglang-specgate hooks are not active: "
             f"{', '.join(inactive)}. Check the SGLang log for the plugin error and run "
             "`python -m sglang_specgate doctor`."
         )
 
 
-def validate_gate_combination(args: ServerArgs, drafting_chosen_by_sglang: bool = False) -> None:
+def validate_gate_combination(args: ServerArgs, setting: ThresholdSetting,
+                              drafting_chosen_by_sglang: bool = False) -> None:
     """Reject what the gate cannot run and warn where it could never fire (resolved args).
     ``drafting_chosen_by_sglang``: no drafting parameter was given, so SGLang chose them."""
-    n = args.speculative_disable_batch_threshold
+    n = setting.n
     algorithm = args.speculative_algorithm
     if algorithm not in GATED_ALGORITHMS:
         raise SpecGateConfigError(
-            f"{THRESHOLD_FLAG} {n} needs --speculative-algorithm EAGLE or EAGLE3 "
-            f"(got {algorithm}). Add it with a draft model, or drop {THRESHOLD_FLAG}."
+            f"{setting} needs --speculative-algorithm EAGLE or EAGLE3 "
+            f"(got {algorithm}). Add it with a draft model, or {setting.removal}."
         )
     if args.speculative_eagle_topk != 1:
         drafting = (
@@ -248,24 +283,24 @@ def validate_gate_combination(args: ServerArgs, drafting_chosen_by_sglang: bool 
             if drafting_chosen_by_sglang else f"got --speculative-eagle-topk {args.speculative_eagle_topk}"
         )
         raise SpecGateConfigError(
-            f"{THRESHOLD_FLAG} supports chain drafting only; {drafting}. Pass "
+            f"{setting}: the gate supports chain drafting only; {drafting}. Pass "
             "--speculative-eagle-topk 1 together with --speculative-num-steps S "
             "--speculative-num-draft-tokens S+1 (the project measured S = 3)."
         )
     for is_set, flag, reason in _UNSUPPORTED:
         if is_set(args):
             raise SpecGateConfigError(
-                f"{THRESHOLD_FLAG} cannot be combined with {flag}: {reason}. "
-                f"Drop one of the two."
+                f"{setting} cannot be combined with {flag}: {reason}. "
+                f"Change one of the two ({setting.removal} to run without the gate)."
             )
 
     max_running = args.max_running_requests
     if max_running is not None and n >= max_running:
         logger.warning(
-            "%s %d never fires: decode batches hold at most --max-running-requests %d "
+            "%s never fires: decode batches hold at most --max-running-requests %d "
             "requests (SGLang defaults it to 48 under speculation). Raise "
             "--max-running-requests above %d or lower the threshold.",
-            THRESHOLD_FLAG, n, max_running, n,
+            setting, max_running, n,
         )
     slow = slow_off_path_backends(args)
     if slow:
@@ -273,15 +308,15 @@ def validate_gate_combination(args: ServerArgs, drafting_chosen_by_sglang: bool 
             "%s: speculation-off steps are fast on %s attention only; with %s they run "
             "upstream's steps-0 kernels (not measured there; on Triton those ran at 0.29x a "
             "plain server at 64 requests). Start with %s for the fast off path.",
-            THRESHOLD_FLAG, " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS), "; ".join(slow),
+            setting, " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS), "; ".join(slow),
             FAST_OFF_PATH_FIX,
         )
     graph_max_bs = _largest_decode_graph_batch(args)
     if graph_max_bs is not None and n > graph_max_bs:
         logger.warning(
-            "%s %d is above the largest CUDA-graph decode batch (%d): speculating batches "
+            "%s is above the largest CUDA-graph decode batch (%d): speculating batches "
             "of %d..%d requests run without CUDA graphs. Raise --cuda-graph-max-bs to %d.",
-            THRESHOLD_FLAG, n, graph_max_bs, graph_max_bs + 1, n, n,
+            setting, graph_max_bs, graph_max_bs + 1, n, n,
         )
 
 

@@ -62,9 +62,14 @@ def run(server_argv: list[str]) -> int:
         # (0.5.23's is a msgspec Struct), and the version check above has said so already.
         from sglang_specgate.args import (FAST_OFF_PATH_FIX, HOST_SEQ_LENS_ENV, THRESHOLD_ENV,
                                           SpecGateConfigError, host_seq_lens_enabled,
-                                          slow_off_path_backends)
+                                          non_negative_int, slow_off_path_backends)
 
-        print(f"{THRESHOLD_ENV}={os.environ.get(THRESHOLD_ENV, '<unset>')}")
+        threshold_env = os.environ.get(THRESHOLD_ENV, "").strip()
+        try:
+            report(True, THRESHOLD_ENV, str(non_negative_int(threshold_env, THRESHOLD_ENV))
+                   if threshold_env else "<unset>")
+        except SpecGateConfigError as e:
+            report(False, THRESHOLD_ENV, str(e))
         try:
             report(True, "host sequence lengths for plain steps (FlashInfer)",
                    f"{'on' if host_seq_lens_enabled() else 'off'} "
@@ -76,6 +81,9 @@ def run(server_argv: list[str]) -> int:
 
             try:
                 args = prepare_server_args(server_argv)
+            except SystemExit as e:  # argparse, or a gate misconfiguration (args.exit_on_config_error)
+                report(False, "server arguments resolve", f"refused with exit status {e.code}, for the "
+                       "reason printed above")
             except Exception as e:  # what SGLang's resolution refuses (a missing model, no GPU)
                 # is a finding to report, not a crash of the doctor
                 report(False, "server arguments resolve", f"{type(e).__name__}: {e}")

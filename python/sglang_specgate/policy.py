@@ -28,9 +28,11 @@ class GateConfig:
     def __post_init__(self) -> None:
         if self.threshold < 0:
             raise ValueError(f"threshold must be >= 0, got {self.threshold}")
-        if not 0 <= self.reenable_threshold <= self.threshold:
+        # An enabled gate could never resume below 1: decode batches hold at least one request.
+        lowest = 1 if self.threshold else 0
+        if not lowest <= self.reenable_threshold <= self.threshold:
             raise ValueError(
-                f"reenable_threshold must be in [0, threshold={self.threshold}], "
+                f"reenable_threshold must be in [{lowest}, threshold={self.threshold}], "
                 f"got {self.reenable_threshold}"
             )
         if self.dwell_steps < 0:
