@@ -95,7 +95,7 @@ gpu_tests() {
   fi
   local dir="$RESULTS/tests-$1-$2${4:+-$4}"
   mkdir -p "$dir"
-  SPECGATE_GPU_ATTENTION_BACKEND=$1 SPECGATE_GPU_SHAPE=$2 SPECGATE_GPU_LOGS=$dir \
+  SPECGATE_REQUIRE_GPU=1 SPECGATE_GPU_ATTENTION_BACKEND=$1 SPECGATE_GPU_SHAPE=$2 SPECGATE_GPU_LOGS=$dir \
     python3 -m pytest test/gpu -m gpu -q -rs -s -p no:cacheprovider -k "$3" --basetemp "$JOB/pytest"
   local status=$?
   rm -rf "$JOB/pytest"  # the generated models: two 8B pairs fill the host's disk

@@ -127,14 +127,6 @@ def test_pickles_to_children_intact(eagle_argv):
     assert clone.gate_config() == args.gate_config()
 
 
-def test_visible_in_server_info_dict(eagle_argv):
-    # /server_info serializes the dataclass fields (http_server.py:781-806).
-    import dataclasses
-
-    info = dataclasses.asdict(parse(eagle_argv + [FLAG, "16"]))
-    assert info["speculative_disable_batch_threshold"] == 16
-
-
 # prepare_server_args re-configures root logging onto stderr (server_args.py:9371), so
 # warnings are read from stderr rather than caplog.
 def test_warns_when_threshold_can_never_fire(eagle_argv, capsys):
@@ -149,6 +141,11 @@ def test_warns_when_threshold_above_largest_graph(eagle_argv, capsys):
     err = capsys.readouterr().err
     assert "run without CUDA graphs" in err
     assert "--cuda-graph-max-bs" in err
+
+
+def test_no_graph_warning_at_the_largest_graph_batch(eagle_argv, capsys):
+    parse(eagle_argv + [FLAG, "32", "--max-running-requests", "256", "--cuda-graph-max-bs", "32"])
+    assert "run without CUDA graphs" not in capsys.readouterr().err
 
 
 def test_no_warning_for_a_reachable_threshold(eagle_argv, capsys):
@@ -306,6 +303,20 @@ def test_tree_drafting_sglang_chose_is_named_as_its_choice(model_dirs, capsys):
     assert ("SGLang chose --speculative-num-steps 5 --speculative-eagle-topk 4 "
             "--speculative-num-draft-tokens 8 for this model, as none of them was given") in err
     assert "Pass --speculative-eagle-topk 1 together with --speculative-num-steps S" in err
+
+
+@pytest.mark.parametrize("kwarg, flag", [
+    ("speculative_gate_dwell_steps", "--speculative-gate-dwell-steps"),
+    ("speculative_gate_reenable_threshold", "--speculative-gate-reenable-threshold"),
+])
+def test_bad_knob_engine_kwarg_raises_error_naming_it(kwarg, flag, model_dirs):
+    # Engine kwargs skip argparse's type check: the resolution itself must name the knob.
+    from sglang.srt.entrypoints.engine import Engine
+
+    from sglang_specgate.args import SpecGateConfigError
+
+    with pytest.raises(SpecGateConfigError, match=f"{flag} must be >= 0"):
+        Engine.server_args_class(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=8, **{kwarg: -1}))
 
 
 @pytest.mark.parametrize("value", ["8x", -2, 2.0, True, None.__class__])

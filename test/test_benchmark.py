@@ -1329,6 +1329,7 @@ def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags
 def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, profiler_writes,
                                                    requests) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes)
+    # No server writes the trace here: check once instead of polling for PROFILE_WAIT_S.
     monkeypatch.setattr(sweep, "wait_for", lambda condition, load=None, timeout=0: condition())
     reads = []
     monkeypatch.setattr(kernel_profile, "read_trace",
@@ -1368,7 +1369,7 @@ def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path
 
 
 def test_start_profile_asks_for_the_host_only_when_told(tmp_path: Path, monkeypatch) -> None:
-    asked = []
+    asked = []  # no server: the request bodies /start_profile would get are the subject
     monkeypatch.setattr(sweep, "http_request", lambda url, payload=None, timeout=30: asked.append(payload))
     sweep.start_profile("http://x", tmp_path / "a", 20)
     sweep.start_profile("http://x", tmp_path / "b", host=True)
@@ -1393,7 +1394,7 @@ def test_a_level_shorter_than_the_profile_delay_fails_the_sweep(tmp_path: Path, 
 def test_a_server_that_refuses_to_profile_fails_the_sweep_with_its_answer(tmp_path: Path, monkeypatch) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes=True)
 
-    def refuse(url, trace_dir, num_steps=None, host=False):
+    def refuse(url, trace_dir, num_steps=None, host=False):  # a server refusing the profile, as a GPU-less one would
         run.requests.append("start")
         raise urllib.error.HTTPError(url, 400, "Bad Request", None, None)
 
@@ -1619,7 +1620,7 @@ def test_sweep_gates_at_the_n_its_own_plain_and_spec_rows_suggest(
 
 def test_sweep_auto_threshold_without_plain_and_spec_rows_fails_clearly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    served = []
+    served = []  # servers need a GPU: record which configurations the sweep would start
     monkeypatch.setattr(sweep, "serve_and_load", lambda run, config, dataset: served.append(config))
     assert sweep.main(sweep_args(tmp_path, "--configs", "gate", "--scenarios", "closed",
                                  "--rows", "2000")) == 1

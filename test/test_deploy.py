@@ -218,6 +218,23 @@ def test_workflows_run_the_documented_commands():
         assert (ROOT / script).is_file(), f"gpu.yml runs {script}, which does not exist"
 
 
+def test_the_gpu_workflow_fails_where_torch_sees_no_gpu():
+    # Every GPU test skips without CUDA, and pytest passes a run of skips; the workflow
+    # asks test/gpu/conftest.py to make that an error.
+    jobs = yaml.safe_load((ROOT / ".github" / "workflows" / "gpu.yml").read_text())["jobs"]
+    (step,) = [s for job in jobs.values() for s in job["steps"] if "pytest test/gpu" in s.get("run", "")]
+    assert step["env"]["SPECGATE_REQUIRE_GPU"] == "1"
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU: the GPU tests run here")
+    result = subprocess.run([sys.executable, "-m", "pytest", "test/gpu", "-m", "gpu", "-q", "-p", "no:cacheprovider"],
+                            cwd=ROOT, env={**os.environ, "SPECGATE_REQUIRE_GPU": "1"},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "SPECGATE_REQUIRE_GPU=1, but torch sees no CUDA device" in result.stdout + result.stderr
+
+
 def _load_wheelhouse_script():
     spec = importlib.util.spec_from_file_location("offline_wheelhouse", WHEELHOUSE_SCRIPT)
     module = importlib.util.module_from_spec(spec)

@@ -85,8 +85,11 @@ def test_switch_log_is_rate_limited(caplog):
         log.switched(False, 9, 8)
         now[0] = 14
         log.switched(True, 2, 8)
+        now[0] = 24  # one interval later exactly: logged, and the count starts again
+        log.switched(False, 10, 8)
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "spec gate: speculation off (decode batch 12 > 8)",
         "spec gate: speculation on (decode batch 2 <= 8) (2 more switches not logged)",
+        "spec gate: speculation off (decode batch 10 > 8)",
     ]

@@ -44,6 +44,38 @@ print("OURS", ours == sorted(h.target for h in hooks.HOOKS))
     assert "OURS True" in result.stdout
 
 
+# Written out, not derived from hooks.HOOKS: dropping a hook or changing its kind must fail here.
+EXPECTED_HOOKS = {
+    "sglang.srt.server_args.ServerArgs": "REPLACE",
+    "sglang.srt.entrypoints.engine.Engine.server_args_class": "REPLACE",
+    "sglang.srt.server_args.prepare_server_args": "AROUND",
+    "sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker": "AFTER",
+    "sglang.srt.speculative.eagle_utils._eagle_prefill_tail_tokens": "REPLACE",
+    "sglang.srt.mem_cache.allocation.alloc_for_spec_decode": "AROUND",
+    "sglang.srt.managers.overlap_utils.FutureMap.resolve_seq_lens_cpu": "AROUND",
+    "sglang.srt.managers.scheduler.Scheduler.get_internal_state": "AFTER",
+    "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter.report_decode_stats": "AFTER",
+}
+
+
+def test_the_registry_holds_the_expected_hooks():
+    assert {h.target: h.kind for h in hooks.HOOKS} == EXPECTED_HOOKS
+
+
+def test_sglangs_create_worker_returns_the_gated_worker_only_with_a_threshold(eagle_argv):
+    result = run_python(["-c", f"""
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+for n in ("8", "0"):
+    args = prepare_server_args({eagle_argv!r} + ["{FLAG}", n, "--max-running-requests", "64"])
+    print(n, SpeculativeAlgorithm.from_string(args.speculative_algorithm).create_worker(args).__name__)
+"""])
+    assert result.returncode == 0, result.stderr
+    assert "8 GatedEAGLEWorkerV2" in result.stdout and "0 EAGLEWorkerV2" in result.stdout, result.stdout
+
+
 def test_launch_server_help_lists_the_flags():
     result = run_python(["-m", "sglang.launch_server", "--help"])
     assert result.returncode == 0, result.stderr

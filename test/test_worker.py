@@ -6,6 +6,7 @@ building one needs a GPU; test/gpu runs the real one."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -19,6 +20,7 @@ from sglang.srt.speculative.standalone_worker_v2 import StandaloneWorkerV2
 from sglang_specgate import worker as worker_module
 from sglang_specgate.args import SpecGateConfigError
 from sglang_specgate.deferred_draft_kv import NO_GRAPH
+from sglang_specgate.observability import SwitchLog
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import (
     GateController,
@@ -91,9 +93,23 @@ def test_decode_batches_switch_between_states():
 
 def test_acceptance_feedback_never_moves_the_gate():
     worker, ctrl, _ = controller()
-    ctrl.on_verify_complete([0, 0, 0, 0], batch_size=4)
-    ctrl.on_verify_complete([3, 3, 3], batch_size=3)
-    assert worker.speculative_num_steps == 3
+    for bs, accepted in [(4, [0, 0, 0, 0]), (3, [3, 3, 3]), (2, [0, 0])]:
+        ctrl.activate_step_by_batch(bs)  # a launched step, so its result is recorded
+        ctrl.on_verify_complete(accepted, batch_size=bs)
+        assert worker.speculative_num_steps == 3
+
+
+def test_switch_lines_are_logged_on_switches_only(caplog):
+    now = [0.0]
+    params = GatePolicyParams(SpecGatePolicy(GateConfig(8, 4, 0)), 3, SwitchLog(interval_s=0, clock=lambda: now[0]))
+    with caplog.at_level(logging.INFO, logger="sglang_specgate"):
+        for bs in (2, 9, 9, 6, 3, 3):
+            now[0] += 1
+            params.get_steps_for_batch(bs)
+    assert [r.getMessage() for r in caplog.records] == [
+        "spec gate: speculation off (decode batch 9 > 8)",
+        "spec gate: speculation on (decode batch 3 <= 8)",
+    ]
 
 
 def test_verify_results_are_paired_with_their_decisions_in_launch_order():

@@ -2,6 +2,8 @@
 
 Set SPECGATE_GPU_SHAPE (tiny, 1b, 8b) to pick the model size; the environment must already
 make `import sglang` work (on the project's H200: the kit, PYTHONPATH=/tmp/site).
+SPECGATE_REQUIRE_GPU=1 (the GPU workflow, gpu_job.sh) makes a host where torch sees no CUDA
+device an error: there every test would skip and pytest would pass having run nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from servers import KV_PROBE_OFFSET, REPO, SHAPE, SPEC_FLAGS, Server  # first: it puts benchmark/ on sys.path
 
@@ -25,6 +28,13 @@ def write_pair(root: Path, *extra: str) -> Path:
                     "--shape", SHAPE, "--accept-length", str(ACCEPT_LENGTH), "--seed", str(SEED),
                     "--device", "cuda", *extra], check=True)
     return root
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("SPECGATE_REQUIRE_GPU") == "1" and not torch.cuda.is_available():
+        raise pytest.UsageError(
+            "SPECGATE_REQUIRE_GPU=1, but torch sees no CUDA device, so every GPU test would skip. "
+            "Check nvidia-smi and that the installed torch is a CUDA build.")
 
 
 @pytest.fixture(scope="session")

@@ -263,12 +263,22 @@ def test_sampled_requests_complete_with_exact_lengths(sampled_results):
     assert set(lengths[:-4]) == {40}
 
 
+def metric_total(text: str, name: str, *labels: str) -> float:
+    """The sum of a metric's samples in Prometheus text whose labels include ``labels``."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") and all(label in line for label in labels))
+
+
 def test_prometheus_metrics(sampled_results, gated):
-    # The sampled load switched the gate off and on: both modes have counted steps.
+    # Read after the load: the state first, answered by the scheduler between batches, so the
+    # last decode result has been reported; idle, the metrics then hold what the state does.
+    state = gated.gate_state()
     text = gated.get("/metrics")
-    for name in ("sglang:spec_gate_active", "sglang:spec_gate_switches_total",
-                 'sglang:spec_gate_decode_steps_total{', 'mode="plain"', 'mode="spec"'):
-        assert name in text, name
+    assert state["switches"] >= 2 and state["decode_steps_plain"] > 0 and state["decode_steps_spec"] > 0
+    assert metric_total(text, "sglang:spec_gate_switches_total") == state["switches"]
+    assert metric_total(text, "sglang:spec_gate_decode_steps_total", 'mode="plain"') == state["decode_steps_plain"]
+    assert metric_total(text, "sglang:spec_gate_decode_steps_total", 'mode="spec"') == state["decode_steps_spec"]
+    assert metric_total(text, "sglang:spec_gate_active") == (1 if state["active"] else 0)
 
 
 def tensor_parallel_size() -> int:
