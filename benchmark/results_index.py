@@ -40,7 +40,7 @@ def run_title(run: Path) -> str:
     readme = run / INDEX
     if not readme.is_file():
         raise SystemExit(f"{run.name}: no {INDEX}; every run folder needs one, titled '# ...'")
-    first = readme.read_text().split("\n", 1)[0]
+    first = readme.read_text(encoding="utf-8").split("\n", 1)[0]
     if not first.startswith("# "):
         raise SystemExit(f"{readme}: the first line must be its title, '# ...'")
     return first[2:].strip()
@@ -62,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     index = RESULTS / INDEX
     text = index_text(RESULTS)
     if args.check:
-        if not index.is_file() or index.read_text() != text:
+        if not index.is_file() or index.read_text(encoding="utf-8") != text:
             print(f"{index} is out of date: run python benchmark/results_index.py", file=sys.stderr)
             return 1
         return 0
-    index.write_text(text)
+    index.write_text(text, encoding="utf-8")
     return 0
 
 

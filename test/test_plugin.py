@@ -263,6 +263,14 @@ def test_doctor_checks_the_threshold_variable_without_server_arguments():
     assert "[ok] SGLANG_SPEC_DISABLE_BATCH_THRESHOLD: 12" in result.stdout
 
 
+def test_doctor_leaves_the_variable_to_resolution_when_given_server_arguments(eagle_argv):
+    # The flag wins over the variable, so a bad value there is no problem for this server.
+    result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "16", "--max-running-requests", "64"],
+                        env={"SGLANG_SPEC_DISABLE_BATCH_THRESHOLD": "lots"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "effective gate: threshold 16" in result.stdout
+
+
 def test_doctor_fails_when_plugin_excluded():
     result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_PLUGINS": "other"})
     assert result.returncode == 1

@@ -85,5 +85,9 @@ def test_upstream_switch_line_is_muted_and_its_other_lines_pass(caplog):
             upstream.info("Built adaptive runtime state steps=0: elapsed=3.81s, mem=0.31GB")
         assert [r.getMessage() for r in caplog.records] == [
             "Built adaptive runtime state steps=0: elapsed=3.81s, mem=0.31GB"]
+        # A call whose arguments do not fit its format: logging reports that itself, and the
+        # filter, which runs outside logging's error handling, must not raise it in the caller.
+        bad_call = upstream.makeRecord(upstream.name, logging.INFO, __file__, 0, "bad %d", ("x",), None)
+        assert upstream.filters[-1].filter(bad_call)
     finally:
         upstream.filters[:] = filters

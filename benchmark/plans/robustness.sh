@@ -15,7 +15,9 @@
 # results/2026-12-03-soak-1b-n8-flashinfer-final; its 20-minute soak on e494898:
 # results/2026-12-03-soak-1b-n8-flashinfer.
 # Next: the whole plan on FlashInfer, 20 minutes, on the kernels built on 12-04 on a CPU host
-# (results/2026-12-04-flashinfer-kernels-built-on-cpu); their probe is their first run on a GPU:
+# (results/2026-12-04-flashinfer-kernels-built-on-cpu); their probe is their first run on a GPU.
+# It is also the first GPU run of the switch's bounded trace (state_switch.py, 448780e) and of
+# test_prometheus_metrics comparing values with /server_info (dcf3e62):
 #   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 290
 backend=${ROBUSTNESS_BACKEND:-flashinfer}
 if [ "$backend" = flashinfer ] && ! flashinfer_has_kernels 1b; then

@@ -51,7 +51,7 @@ def parse_count(value: object) -> int:
     if isinstance(value, int):
         parsed = value
     elif isinstance(value, str) and _COUNT.fullmatch(value.strip()):
-        parsed = int(value)
+        parsed = int(value.strip())
     else:
         raise ValueError(f"must be a non-negative integer, got {value!r}")
     if parsed < 0:
@@ -168,7 +168,10 @@ class GateServerArgs(ServerArgs):
     def _threshold_setting(self) -> ThresholdSetting:
         """An explicit flag, kwarg or YAML value wins over the environment. An environment set
         for every server (a container image's) leaves one that does not speculate ungated, and
-        says so: there is nothing to gate, where a flag asking for it is refused."""
+        says so: there is nothing to gate, where a flag asking for it is refused. A server that
+        speculates some other way is refused either way (validate_gate_combination): gating
+        its speculation was asked for and cannot be done. The raw algorithm is read, before
+        SGLang resolves it; SGLang never sets one where none was given."""
         if self.speculative_disable_batch_threshold is not None:
             return ThresholdSetting(non_negative_int(self.speculative_disable_batch_threshold, THRESHOLD_FLAG))
         env = os.environ.get(THRESHOLD_ENV, "").strip()

@@ -64,12 +64,13 @@ def run(server_argv: list[str]) -> int:
                                           SpecGateConfigError, host_seq_lens_enabled,
                                           non_negative_int, slow_off_path_backends)
 
-        threshold_env = os.environ.get(THRESHOLD_ENV, "").strip()
-        try:
-            report(True, THRESHOLD_ENV, str(non_negative_int(threshold_env, THRESHOLD_ENV))
-                   if threshold_env else "<unset>")
-        except SpecGateConfigError as e:
-            report(False, THRESHOLD_ENV, str(e))
+        if not server_argv:  # with them, their resolution reads it, where a flag does not win
+            threshold_env = os.environ.get(THRESHOLD_ENV, "").strip()
+            try:
+                report(True, THRESHOLD_ENV, str(non_negative_int(threshold_env, THRESHOLD_ENV))
+                       if threshold_env else "<unset>")
+            except SpecGateConfigError as e:
+                report(False, THRESHOLD_ENV, str(e))
         try:
             report(True, "host sequence lengths for plain steps (FlashInfer)",
                    f"{'on' if host_seq_lens_enabled() else 'off'} "

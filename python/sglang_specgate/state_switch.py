@@ -22,7 +22,9 @@ RESTORE_OVERRIDE = "adaptive_spec.restore"  # the source name upstream's swap lo
 
 class _WithoutUpstreamSwitchLine(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(UPSTREAM_SWITCH_LINE)
+        # The unformatted message: upstream builds this one as an f-string, and formatting here,
+        # outside logging's error handling, would raise in the caller on a bad format string.
+        return not (isinstance(record.msg, str) and record.msg.startswith(UPSTREAM_SWITCH_LINE))
 
 
 def mute_upstream_switch_line() -> None:
