@@ -4,8 +4,9 @@ The load (``soak_load.py``) keeps a number of streaming requests in flight that 
 between N/2 and 2N, with mixed prompt and output lengths, some requests sampled and some dropped
 by the client mid-stream. Every ``--sample-interval`` seconds the script records the GPUs' used
 memory, the server process tree's resident memory and the gate's counters. The verdict: no
-crash, no hang, no lost or truncated request, no memory growth after the warm-up, and the gate
-switched; the exit status is 1 when any criterion fails.
+crash, no stall, no hang, no lost or truncated request, no memory growth after the warm-up, and
+the gate switched, speculating and decoding plainly; the exit status is 1 when any criterion
+fails.
 
     python benchmark/soak.py --name 1b-n8 --model-path T --draft-model-path D --threshold 8 \\
         --duration 1200 -- --attention-backend triton
@@ -127,13 +128,21 @@ def jsonl(f: TextIO) -> Callable[[dict], None]:
 # --------------------------------------------------------------------------- verdict
 
 
-def memory_stats(samples: list[dict], key: str, warmup: float) -> Optional[dict]:
-    """First, last and largest value after the warm-up, and their growth over the first."""
-    values = [s[key] for s in samples if s["t"] >= warmup and s.get(key) is not None]
-    if len(values) < 2 or values[0] <= 0:
+def memory_stats(samples: list[dict], key: str, warmup: float, settle: float) -> Optional[dict]:
+    """The baseline, last and largest value after it, and their growth over the baseline. The
+    baseline is the lowest sample in the ``settle`` seconds after the warm-up, and only samples
+    from it on are judged: a sample taken in a stall (a one-time compile held both committed
+    soaks' servers past their warm-ups) can sit above the level the server then keeps, and
+    growth measured from it would hide as much."""
+    timed = [(s["t"], s[key]) for s in samples if s["t"] >= warmup and s.get(key) is not None]
+    settling = [value for t, value in timed if t < warmup + settle] or [value for _, value in timed[:1]]
+    if len(timed) < 2 or min(settling) <= 0:
         return None
-    first, last, peak = values[0], values[-1], max(values)
-    return {"samples": len(values), "first": first, "last": last, "max": peak,
+    values = [value for _, value in timed]
+    baseline_at = values.index(min(settling))
+    judged = values[baseline_at:]
+    first, last, peak = judged[0], judged[-1], max(judged)
+    return {"samples": len(judged), "first": first, "last": last, "max": peak,
             "growth": (last - first) / first, "max_growth": (peak - first) / first}
 
 
@@ -142,19 +151,19 @@ def criterion(name: str, ok: Optional[bool], detail: str) -> dict:
     return {"name": name, "status": status, "detail": detail}
 
 
-def gpu_memory_stats(samples: list[dict], warmup: float) -> Optional[dict]:
+def gpu_memory_stats(samples: list[dict], warmup: float, settle: float) -> Optional[dict]:
     """The server's own GPU memory where nvidia-smi attributes it to the server's processes,
     else everything used on the GPUs (then another tenant's memory counts too)."""
     for key, scope in (("server_gpu_memory_mib", "server processes"), ("gpu_memory_mib", "whole GPUs")):
-        stats = memory_stats(samples, key, warmup)
+        stats = memory_stats(samples, key, warmup, settle)
         if stats is not None:
             return {"scope": scope, **stats}
     return None
 
 
 def memory_criterion(name: str, stats: Optional[dict], limit: float) -> dict:
-    if stats is None:
-        return criterion(name, None, "not measured, or fewer than 2 samples after the warm-up")
+    if stats is None:  # growth unseen is no pass: run the soak on the server's host
+        return criterion(name, False, "not measured, or fewer than 2 samples after the warm-up")
     scope = f" ({stats['scope']})" if "scope" in stats else ""
     return criterion(name, stats["max_growth"] <= limit,
                      f"{stats['first']:.0f} -> {stats['last']:.0f} MiB{scope}, largest growth "
@@ -172,30 +181,52 @@ def host_lengths_criterion(gate: Optional[dict]) -> dict:
                      f"lengths disagreed with the GPU's")
 
 
+def gate_criterion(gate: Optional[dict], min_switches: int) -> dict:
+    """The gate turned speculation off and back on: switches, and steps counted in both modes."""
+    if gate is None:
+        return criterion("gate switched", False, "the server reports no spec gate")
+    delta = gate["delta"]
+    return criterion("gate switched",
+                     delta["switches"] >= min_switches and delta["decode_steps_plain"] > 0
+                     and delta["decode_steps_spec"] > 0,
+                     f"{delta['switches']} switches (at least {min_switches}); decode steps "
+                     f"{delta['decode_steps_spec']} speculative, {delta['decode_steps_plain']} plain")
+
+
+def responsive_criterion(samples: list[dict], warmup: float) -> dict:
+    """/server_info answered every sample after the warm-up: a scheduler stalled for less
+    than a request's timeout would otherwise pass as not hung."""
+    judged = [s for s in samples if s["t"] >= warmup]
+    errors = [s for s in judged if s["server_info_error"]]
+    return criterion("scheduler responsive", not errors,
+                     f"/server_info failed in {len(errors)} of {len(judged)} samples after the warm-up"
+                     + (f", first at {errors[0]['t']:.0f} s: {errors[0]['server_info_error']}" if errors else ""))
+
+
 def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, str],
-            warmup: float, max_gpu_growth: float, max_host_growth: float,
-            min_switches: int) -> dict:
+            warmup: float, settle: float, max_gpu_growth: float, max_host_growth: float,
+            min_switches: int, aborts_planned: bool) -> dict:
     """Request outcomes, gate activity and memory against the criteria; ``passed`` if none fails.
 
-    Memory is judged on its largest value after the warm-up, so the warm-up should cover a
-    full period of the wave: SGLang's allocator and Python's heap grow to the peak load once,
-    and a leak is growth beyond that.
+    Memory is judged after the warm-up, which should cover a full period of the wave: SGLang's
+    allocator and Python's heap grow to the peak load once, and a leak is growth beyond that.
+    ``settle`` (a period) is where its baseline is taken (memory_stats).
     """
     gates = [s["gate"] for s in samples if s["gate"]]
     gate = None if not gates else {"before": gates[0], "after": gates[-1],
                                    "delta": sweep.gate_delta(gates[0], gates[-1])}
-    memory = {"warmup_s": warmup, "gpu_mib": gpu_memory_stats(samples, warmup),
-              "host_rss_mib": memory_stats(samples, "host_rss_mib", warmup)}
-    switches = None if gate is None else gate["delta"]["switches"]
+    memory = {"warmup_s": warmup, "gpu_mib": gpu_memory_stats(samples, warmup, settle),
+              "host_rss_mib": memory_stats(samples, "host_rss_mib", warmup, settle)}
     criteria = [
         criterion("server alive", *alive),
+        responsive_criterion(samples, warmup),
         *(criterion(f"no {kind} requests", counts[kind] == 0, f"{counts[kind]} {kind}")
           for kind in ("lost", "truncated", "hung")),
         criterion("requests completed", counts["completed"] > 0,
                   f"{counts['completed']} completed"),
-        criterion("gate switched", None if switches is None else switches >= min_switches,
-                  "the server reports no spec gate" if switches is None
-                  else f"{switches} switches (at least {min_switches})"),
+        criterion("client aborts exercised", counts["aborted"] > 0 if aborts_planned else None,
+                  f"{counts['aborted']} aborted mid-stream" if aborts_planned else "none planned"),
+        gate_criterion(gate, min_switches),
         host_lengths_criterion(gate),
         memory_criterion("GPU memory", memory["gpu_mib"], max_gpu_growth),
         memory_criterion("host memory", memory["host_rss_mib"], max_host_growth),
@@ -304,8 +335,9 @@ def soak(run: sweep.Run, url: str, pid: Optional[int], proc: Optional[subprocess
         "elapsed_s": time.monotonic() - t0, "duration_s": args.duration,
         "stopped_early": load.stopped_early, "threshold": threshold, "wave": asdict(wave),
         **verdict(load.counts, samples, alive=server_alive(proc, last), warmup=args.warmup,
-                  max_gpu_growth=args.max_gpu_growth, max_host_growth=args.max_host_growth,
-                  min_switches=args.min_switches),
+                  settle=wave.period, max_gpu_growth=args.max_gpu_growth,
+                  max_host_growth=args.max_host_growth, min_switches=args.min_switches,
+                  aborts_planned=args.abort_fraction > 0),
     }
     (run.dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     text = markdown(summary)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
 
 import soak  # noqa: E402
 import soak_load  # noqa: E402
-from soak_load import Load, Mix, RequestPlan, Wave  # noqa: E402
+from soak_load import Load, Mix, RequestPlan, RequestResult, Wave  # noqa: E402
 
 TOKEN_DELAY_S = 0.002
 
@@ -299,7 +300,7 @@ def test_listening_pid_finds_the_server(fake: FakeSGLang) -> None:
 
 def samples(gpu: list[Optional[float]], host: list[Optional[float]],
             switches: list[int]) -> list[dict]:
-    return [{"t": 10.0 * i, "gpu_memory_mib": g, "host_rss_mib": h,
+    return [{"t": 10.0 * i, "gpu_memory_mib": g, "host_rss_mib": h, "server_info_error": None,
              "gate": {"decode_steps_spec": 10 * s, "decode_steps_plain": 20 * s, "switches": s}}
             for i, (g, h, s) in enumerate(zip(gpu, host, switches))]
 
@@ -309,8 +310,8 @@ ALIVE = (True, "a 16-token request after the soak took 0.10 s")
 
 
 def judge(counts: dict, rows: list[dict], alive: tuple[bool, str] = ALIVE) -> dict:
-    return soak.verdict(counts, rows, alive=alive, warmup=20, max_gpu_growth=0.02,
-                        max_host_growth=0.02, min_switches=2)
+    return soak.verdict(counts, rows, alive=alive, warmup=20, settle=20, max_gpu_growth=0.02,
+                        max_host_growth=0.02, min_switches=2, aborts_planned=True)
 
 
 def test_verdict_passes_with_flat_memory() -> None:
@@ -325,7 +326,7 @@ def test_verdict_passes_with_flat_memory() -> None:
     assert v["memory"]["gpu_mib"] == {"scope": "whole GPUs", "samples": 4, "first": 1000, "last": 1005, "max": 1010,
                                       "growth": pytest.approx(0.005),
                                       "max_growth": pytest.approx(0.01)}
-    assert [c["status"] for c in v["criteria"]] == ["pass"] * 6 + ["skip"] + ["pass"] * 2
+    assert [c["status"] for c in v["criteria"]] == ["pass"] * 8 + ["skip"] + ["pass"] * 2
     # On FlashInfer the gate serves host lengths: every one must have been the GPU's.
     rows[-1]["gate"]["host_seq_lens"] = {"resolved_on_host": 900, "copied_back": 80, "disagreed": 0,
                                          "stood_down": False}
@@ -342,10 +343,12 @@ def test_verdict_fails_on_each_criterion() -> None:
     bad = {"completed": 0, "aborted": 3, "lost": 2, "truncated": 1, "hung": 1}
     v = judge(bad, rows, alive=(False, "the server exited with status -9"))
     assert not v["passed"]
+    rows[3]["server_info_error"] = "TimeoutError: timed out"
+    v = judge({**bad, "aborted": 0}, rows, alive=(False, "the server exited with status -9"))
     status = {c["name"]: c["status"] for c in v["criteria"]}
-    assert status == {"server alive": "fail", "no lost requests": "fail",
+    assert status == {"server alive": "fail", "scheduler responsive": "fail", "no lost requests": "fail",
                       "no truncated requests": "fail", "no hung requests": "fail",
-                      "requests completed": "fail", "gate switched": "fail",
+                      "requests completed": "fail", "client aborts exercised": "fail", "gate switched": "fail",
                       "host lengths agreed": "skip", "GPU memory": "fail", "host memory": "pass"}
     detail = {c["name"]: c["detail"] for c in v["criteria"]}
     assert detail["GPU memory"] == "1000 -> 1100 MiB (whole GPUs), largest growth +10.00% (limit 2%)"
@@ -361,12 +364,47 @@ def test_verdict_judges_the_servers_own_gpu_memory_where_known() -> None:
     assert v["memory"]["gpu_mib"]["scope"] == "server processes"
 
 
-def test_verdict_skips_what_was_not_measured() -> None:
+def test_verdict_fails_what_was_not_measured() -> None:
+    # A soak exists to see these: a server without the gate, or memory nobody read, is no pass.
     rows = [{**s, "gate": None} for s in samples([None] * 4, [None, None, 300, None], [0] * 4)]
     v = judge(COUNTS, rows)
-    assert v["passed"] and v["gate"] is None
-    status = {c["name"]: c["status"] for c in v["criteria"]}
-    assert status["gate switched"] == status["GPU memory"] == status["host memory"] == "skip"
+    assert not v["passed"] and v["gate"] is None
+    detail = {c["name"]: (c["status"], c["detail"]) for c in v["criteria"]}
+    assert detail["gate switched"] == ("fail", "the server reports no spec gate")
+    assert detail["GPU memory"][0] == detail["host memory"][0] == "fail"
+
+
+def test_a_gate_that_never_turned_off_fails() -> None:
+    rows = samples([1000] * 6, [300] * 6, [0, 1, 3, 5, 6, 8])
+    for row in rows:
+        row["gate"]["decode_steps_plain"] = 0
+    v = judge(COUNTS, rows)
+    assert not v["passed"]
+    assert {c["name"]: c["detail"] for c in v["criteria"]}["gate switched"] == \
+        "8 switches (at least 2); decode steps 80 speculative, 0 plain"
+
+
+def test_a_stall_before_the_warm_up_ends_is_not_judged_but_one_after_is() -> None:
+    rows = samples([1000] * 6, [300] * 6, [0, 1, 3, 5, 6, 8])
+    rows[1]["server_info_error"] = "TimeoutError: timed out"  # t = 10 s, in the warm-up
+    assert judge(COUNTS, rows)["passed"]
+    rows[4]["server_info_error"] = "TimeoutError: timed out"
+    detail = {c["name"]: c["detail"] for c in judge(COUNTS, rows)["criteria"]}
+    assert detail["scheduler responsive"] == ("/server_info failed in 1 of 4 samples after the warm-up, "
+                                              "first at 40 s: TimeoutError: timed out")
+
+
+def test_memory_baseline_is_the_settled_level_not_a_stall_sample() -> None:
+    # As in 2026-12-03-soak-1b-n8-flashinfer-final: the first sample after the warm-up, taken in a
+    # stall, sat above the level the server kept; growth from it would hide a leak that size.
+    rows = samples([1000] * 7, [5314, 5314, 5314, 5181, 5181, 5290, 5290], [0, 1, 3, 5, 6, 8, 9])
+    stats = judge(COUNTS, rows)["memory"]["host_rss_mib"]
+    assert (stats["first"], stats["max"]) == (5181, 5290) and stats["max_growth"] == pytest.approx(109 / 5181)
+
+
+def test_memory_that_grows_then_falls_back_fails() -> None:
+    rows = samples([1000, 1000, 1000, 1100, 1000, 1000], [300] * 6, [0, 1, 3, 5, 6, 8])
+    assert not judge(COUNTS, rows)["passed"]
 
 
 # --------------------------------------------------------------------------- the script
@@ -384,8 +422,10 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_soak_against_a_healthy_server_passes(fake: FakeSGLang, tmp_path: Path,
+def test_soak_against_a_healthy_server_passes(fake: FakeSGLang, tmp_path: Path, monkeypatch,
                                               capsys: pytest.CaptureFixture) -> None:
+    # No GPU here: nvidia-smi's reading stands in, flat (memory not measured fails a soak).
+    monkeypatch.setattr(soak, "gpu_memory_mib", lambda: [1000])
     assert soak.main(soak_args(tmp_path / "run", fake.url)) == 0
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
@@ -433,3 +473,91 @@ def test_dry_run_prints_the_gated_server(tmp_path: Path, capsys: pytest.CaptureF
 def test_soak_rejects_bad_options(bad: list[str]) -> None:
     with pytest.raises(SystemExit):
         soak.parse_args(bad)
+
+
+# --------------------------------------------------------------------------- outcomes and accounting
+
+
+def result(**fields) -> RequestResult:
+    r = RequestResult(id=0, rid="r", start_s=0, prompt_len=3, max_new_tokens=12, sampled=False, abort_at=None)
+    for name, value in fields.items():
+        setattr(r, name, value)
+    return r
+
+
+@pytest.mark.parametrize("tokens, completion_tokens, finish_reason, outcome", [
+    (12, 12, {"type": "length"}, "completed"),
+    (12, 12, {"type": "abort"}, "truncated"),  # the server ended it, not the length limit
+    (12, 11, {"type": "length"}, "truncated"),  # the server's count disagrees with the stream
+    (11, 12, {"type": "length"}, "truncated"),
+    (12, None, {"type": "length"}, "truncated"),
+])
+def test_a_request_completes_only_with_every_token_counted_by_both_sides(tokens, completion_tokens,
+                                                                       finish_reason, outcome) -> None:
+    assert result(tokens=tokens, completion_tokens=completion_tokens, finish_reason=finish_reason,
+                  done=True).outcome == outcome
+
+
+def test_an_abort_point_on_the_last_token_completes(fake: FakeSGLang) -> None:
+    assert send(fake, plan(12, abort_at=12)).outcome == "completed"
+
+
+def test_every_launched_request_is_counted_even_if_it_hangs_past_the_end(fake: FakeSGLang) -> None:
+    fake.behaviour = lambda body: "stall"  # longer than the soak
+    load, results, drawn = Load(), [], []
+
+    def plans():
+        for p in MIX.plans(0, "d"):
+            drawn.append(p)
+            yield p
+
+    async def go():
+        async with soak_load.client_session() as session:
+            await soak_load.drive(session, fake.url, Wave(2, 4, 0.4), 0.3, plans(), soak_start=time.monotonic(),
+                                  timeout=0.8, incremental=False, max_failures=100, load=load,
+                                  on_result=results.append)
+
+    asyncio.run(go())
+    assert len(results) == len(drawn) == sum(load.counts.values())
+    assert load.counts["hung"] == len(drawn) - load.counts["aborted"] - load.counts["completed"] > 0
+
+
+def test_hung_requests_count_towards_stopping_early(fake: FakeSGLang) -> None:
+    fake.behaviour = lambda body: "stall"
+    load = Load()
+
+    async def go():
+        async with soak_load.client_session() as session:
+            await soak_load.drive(session, fake.url, Wave(2, 4, 1), 5, MIX.plans(0, "d"),
+                                  soak_start=time.monotonic(), timeout=0.2, incremental=False,
+                                  max_failures=3, load=load, on_result=lambda r: None)
+
+    asyncio.run(go())
+    assert load.stopped_early and load.counts["hung"] >= 3
+
+
+def test_server_alive_needs_a_running_server_and_a_complete_probe() -> None:
+    done = result(tokens=16, max_new_tokens=16, completion_tokens=16, finish_reason={"type": "length"},
+                  done=True, latency_s=0.1)
+    assert soak.server_alive(None, done)[0]
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    exited.wait()
+    assert soak.server_alive(exited, done) == (False, "the server exited with status 3")
+    for bad in (result(hung=True), result(tokens=5, completion_tokens=5, finish_reason={"type": "length"})):
+        assert not soak.server_alive(None, bad)[0]
+
+
+def test_the_server_process_tree_includes_its_children() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in {p.pid for p in soak.process_tree(os.getpid())}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_server_gpu_memory_counts_only_its_processes(monkeypatch) -> None:
+    # nvidia-smi's per-process rows, stood in for: no GPU here.
+    monkeypatch.setattr(soak, "nvidia_smi", lambda query: [["1", "100"], ["2", "200"]])
+    assert soak.server_gpu_memory_mib({1}) == 100
+    assert soak.server_gpu_memory_mib({3}) is None
