@@ -15,9 +15,10 @@ is also captured at batch sizes above the decode batch's largest. The tensors up
 for every plain step whose values never change (its one-node verify tree, the stand-ins for the
 skipped draft outputs) are built once (plain_step_constants.py). Switching is upstream's
 ``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
-acceptance EMA; what each swap leaves behind is kept bounded (state_switch.py). For backends that plan on host sequence lengths (FlashInfer), the worker
-records the lengths each forward publishes where the host knows them, so the scheduler need not
-wait for the GPU's copy after a plain step (host_seq_lens.py). What the off state costs against
+acceptance EMA; what each swap leaves behind is kept bounded (state_switch.py). For backends
+that plan on host sequence lengths (FlashInfer), the worker records the lengths each forward
+publishes where the host knows them, so the scheduler need not wait for the GPU's copy after a
+plain step (host_seq_lens.py). What the off state costs against
 a plain server (C = 16-128): benchmark/results/2026-12-03-offcost-8b-2.2-final-triton (Triton)
 and 2026-12-04-flashinfer-write-diet-c16-128 (FlashInfer, this code). The target's own decode
 step instead of the one-token verify was measured no faster, on Triton at C = 128
