@@ -129,6 +129,11 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
     assert episodes, state
     for episode in episodes:
         assert episode["steps_to_recover"] is not None, episode
+    # Switches log the gate's rate-limited line only: upstream's own line for each swap is muted
+    # (state_switch.py). The gate's line shows this is the log the switches went to.
+    log = gated.log.read_text()
+    assert "spec gate: speculation off" in log
+    assert "Switch adaptive runtime state" not in log
 
 
 def walk_prompts(design, seed: int = 2) -> list[list[int]]:
