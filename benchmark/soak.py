@@ -135,12 +135,13 @@ def memory_stats(samples: list[dict], key: str, warmup: float, settle: float) ->
     soaks' servers past their warm-ups) can sit above the level the server then keeps, and
     growth measured from it would hide as much."""
     timed = [(s["t"], s[key]) for s in samples if s["t"] >= warmup and s.get(key) is not None]
-    settling = [value for t, value in timed if t < warmup + settle] or [value for _, value in timed[:1]]
-    if len(timed) < 2 or min(settling) <= 0:
+    if len(timed) < 2:
         return None
-    values = [value for _, value in timed]
-    baseline_at = values.index(min(settling))
-    judged = values[baseline_at:]
+    settling = [i for i, (t, _) in enumerate(timed) if t < warmup + settle] or [0]
+    baseline_at = min(settling, key=lambda i: timed[i][1])  # the first of equal lows
+    judged = [value for _, value in timed[baseline_at:]]
+    if judged[0] <= 0:
+        return None
     first, last, peak = judged[0], judged[-1], max(judged)
     return {"samples": len(judged), "first": first, "last": last, "max": peak,
             "growth": (last - first) / first, "max_growth": (peak - first) / first}

@@ -174,10 +174,10 @@ class GateServerArgs(ServerArgs):
         SGLang resolves it; SGLang never sets one where none was given."""
         if self.speculative_disable_batch_threshold is not None:
             return ThresholdSetting(non_negative_int(self.speculative_disable_batch_threshold, THRESHOLD_FLAG))
-        env = os.environ.get(THRESHOLD_ENV, "").strip()
-        if not env:
+        from_env = threshold_from_env()
+        if from_env is None:
             return ThresholdSetting(0)
-        setting = ThresholdSetting(non_negative_int(env, THRESHOLD_ENV), from_env=True)
+        setting = ThresholdSetting(from_env, from_env=True)
         if setting.n and self.speculative_algorithm is None:
             logger.warning("%s: no effect, this server does not speculate (no --speculative-algorithm). "
                            "Unset it for such servers to drop this warning.", setting)
@@ -190,6 +190,12 @@ class GateServerArgs(ServerArgs):
             reenable_threshold=self.speculative_gate_reenable_threshold or 0,
             dwell_steps=self.speculative_gate_dwell_steps,
         )
+
+
+def threshold_from_env() -> Optional[int]:
+    """SGLANG_SPEC_DISABLE_BATCH_THRESHOLD as a count, or None where it is unset or empty."""
+    value = os.environ.get(THRESHOLD_ENV, "").strip()
+    return non_negative_int(value, THRESHOLD_ENV) if value else None
 
 
 def _warn_knobs_without_gate(dwell: int, reenable: Optional[int]) -> None:

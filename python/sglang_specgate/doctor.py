@@ -62,13 +62,12 @@ def run(server_argv: list[str]) -> int:
         # (0.5.23's is a msgspec Struct), and the version check above has said so already.
         from sglang_specgate.args import (FAST_OFF_PATH_FIX, HOST_SEQ_LENS_ENV, THRESHOLD_ENV,
                                           SpecGateConfigError, host_seq_lens_enabled,
-                                          non_negative_int, slow_off_path_backends)
+                                          slow_off_path_backends, threshold_from_env)
 
         if not server_argv:  # with them, their resolution reads it, where a flag does not win
-            threshold_env = os.environ.get(THRESHOLD_ENV, "").strip()
             try:
-                report(True, THRESHOLD_ENV, str(non_negative_int(threshold_env, THRESHOLD_ENV))
-                       if threshold_env else "<unset>")
+                from_env = threshold_from_env()
+                report(True, THRESHOLD_ENV, "<unset>" if from_env is None else str(from_env))
             except SpecGateConfigError as e:
                 report(False, THRESHOLD_ENV, str(e))
         try:
