@@ -29,9 +29,12 @@
 #   AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_PROFILE_LEVEL=128 AB_TESTS=greedy_outputs_identical,gate_switched bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 545
 #   benchmark/results/2026-12-04-flashinfer-write-diet-c16-128: medians 0.995 / 0.988 / 0.975 /
 #   1.007x plain, TPOT 1.03 / 1.02 / 1.02 / 1.01x; the writes' GPU time 102 us a step, from 190.
-# Next: the same on Triton, whose table in README.md is still 085f297's (servers started one
-# after the other, TPOT up to 7.7 % over plain), in about 20 device minutes:
-#   AB_BACKEND=triton AB_LEVELS=16,32,64,128 AB_REPEATS=3 bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
+# - The same on Triton, on a8e8b68, with three GPU tests (the first GPU run of state_switch.py's
+#   muted upstream line and of the Prometheus values test), in a call of 278 s and four waits
+#   (the plan 20 minutes: the A/B 718 s, the tests 428 s):
+#   AB_BACKEND=triton AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_TESTS=greedy_outputs_identical,gate_switched,prometheus_metrics bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
+#   benchmark/results/2026-12-05-triton-ab-c16-128: medians 0.989 / 0.971 / 0.981 / 0.987x
+#   plain, TPOT 1.026 / 1.029 / 1.028 / 1.057x; single runs down to 0.893x (C = 64, run 3).
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda

@@ -16,8 +16,9 @@
 # results/2026-12-03-soak-1b-n8-flashinfer.
 # Next: the whole plan on FlashInfer, 20 minutes, on the kernels built on 12-04 on a CPU host
 # (results/2026-12-04-flashinfer-kernels-built-on-cpu); their probe is their first run on a GPU.
-# It is also the first GPU run of the switch's bounded trace (state_switch.py, 448780e) and of
-# test_prometheus_metrics comparing values with /server_info (dcf3e62):
+# It is also the first soak of the switch's bounded trace (state_switch.py, 448780e), whose
+# muted line and the Prometheus values test (dcf3e62) first passed on Triton's short form
+# (results/2026-12-05-triton-ab-c16-128):
 #   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 290
 backend=${ROBUSTNESS_BACKEND:-flashinfer}
 if [ "$backend" = flashinfer ] && ! flashinfer_has_kernels 1b; then
