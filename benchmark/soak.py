@@ -39,6 +39,17 @@ from machine import nvidia_smi
 from soak_load import (OUTCOMES, PROBE_TOKENS, Load, Mix, RequestResult, Wave, client_session,
                        drive, probe)
 
+# After the probe the server idles for the first time since the load began, and SGLang's
+# scheduler checks its KV and request pools whenever it idles (Scheduler.on_idle). With
+# SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE (the default) a leak kills the scheduler, which then
+# takes the server down (SIGQUIT to the launcher): "server alive", judged after this wait, sees it.
+IDLE_CHECK_WAIT_S = 5
+
+# What SGLang's idle pool check logs, or raises in strict mode, when it fails
+# (srt/managers/scheduler_components/invariant_checker.py): a leaked KV or request slot, a KV
+# page freed twice, a page both owned and free.
+POOL_CHECK_FAILURES = ("memory leak detected", "KV double free", "KV page use-after-free")
+
 # --------------------------------------------------------------------------- samples
 
 
@@ -116,6 +127,12 @@ async def sample_until(stop: asyncio.Event, interval: float, take: Callable[[], 
         if not stop.is_set():
             on_sample(await asyncio.to_thread(take))  # nvidia-smi and urllib block
     on_sample(await asyncio.to_thread(take))
+
+
+def pool_check_failures(log: Path) -> list[str]:
+    """The lines of a server log in which SGLang's idle pool check failed."""
+    with open(log, errors="replace") as f:
+        return [line for line in f if any(message in line for message in POOL_CHECK_FAILURES)]
 
 
 def jsonl(f: TextIO) -> Callable[[dict], None]:
@@ -204,14 +221,29 @@ def responsive_criterion(samples: list[dict], warmup: float) -> dict:
                      + (f", first at {errors[0]['t']:.0f} s: {errors[0]['server_info_error']}" if errors else ""))
 
 
+def pool_criterion(failures: Optional[list[str]]) -> dict:
+    """SGLang's own check of its pools found them intact (pool_check_failures): a leaked KV slot
+    never shows in GPU memory, which the pool holds from the start."""
+    name = "pools intact when idle"
+    if failures is None:
+        return criterion(name, None, "attached server (--url): its log is not read")
+    if not failures:
+        return criterion(name, True, "SGLang's idle pool check logged no failure, after the drain either")
+    return criterion(name, False, f"SGLang's idle pool check failed ({len(failures)} lines in the "
+                                  f"server log), first: {failures[0].strip()[:200]}")
+
+
 def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, str],
-            warmup: float, settle: float, max_gpu_growth: float, max_host_growth: float,
-            min_switches: int, aborts_planned: bool) -> dict:
+            pool_failures: Optional[list[str]], warmup: float, settle: float,
+            max_gpu_growth: float, max_host_growth: float, min_switches: int,
+            aborts_planned: bool) -> dict:
     """Request outcomes, gate activity and memory against the criteria; ``passed`` if none fails.
 
     Memory is judged after the warm-up, which should cover a full period of the wave: SGLang's
     allocator and Python's heap grow to the peak load once, and a leak is growth beyond that.
-    ``settle`` (a period) is where its baseline is taken (memory_stats).
+    ``settle`` (a period) is where its baseline is taken (memory_stats). ``pool_failures``: the
+    server log's lines from SGLang's idle pool check (pool_check_failures), None where the log is
+    not ours to read.
     """
     gates = [s["gate"] for s in samples if s["gate"]]
     gate = None if not gates else {"before": gates[0], "after": gates[-1],
@@ -221,6 +253,7 @@ def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, s
     criteria = [
         criterion("server alive", *alive),
         responsive_criterion(samples, warmup),
+        pool_criterion(pool_failures),
         *(criterion(f"no {kind} requests", counts[kind] == 0, f"{counts[kind]} {kind}")
           for kind in ("lost", "truncated", "hung")),
         criterion("requests completed", counts["completed"] > 0,
@@ -315,7 +348,9 @@ async def load_and_sample(run: sweep.Run, url: str, wave: Wave, pid: Optional[in
     return load, samples, last
 
 
-def soak(run: sweep.Run, url: str, pid: Optional[int], proc: Optional[subprocess.Popen]) -> int:
+def soak(run: sweep.Run, url: str, pid: Optional[int], proc: Optional[subprocess.Popen],
+         server_log: Optional[Path]) -> int:
+    """``server_log``: where the server this script started logs; None for an attached one."""
     args = run.args
     try:
         info = sweep.http_json(url + "/server_info")
@@ -331,12 +366,16 @@ def soak(run: sweep.Run, url: str, pid: Optional[int], proc: Optional[subprocess
     t0 = time.monotonic()
     load, samples, last = asyncio.run(load_and_sample(
         run, url, wave, pid, incremental=bool(info.get("incremental_streaming_output"))))
+    elapsed_s = time.monotonic() - t0
+    if server_log is not None:  # an attached server's exit and log are not ours to see
+        time.sleep(IDLE_CHECK_WAIT_S)
     summary = {
         "name": args.name, "url": url, "started": started,
-        "elapsed_s": time.monotonic() - t0, "duration_s": args.duration,
+        "elapsed_s": elapsed_s, "duration_s": args.duration,
         "stopped_early": load.stopped_early, "threshold": threshold, "wave": asdict(wave),
-        **verdict(load.counts, samples, alive=server_alive(proc, last), warmup=args.warmup,
-                  settle=wave.period, max_gpu_growth=args.max_gpu_growth,
+        **verdict(load.counts, samples, alive=server_alive(proc, last),
+                  pool_failures=None if server_log is None else pool_check_failures(server_log),
+                  warmup=args.warmup, settle=wave.period, max_gpu_growth=args.max_gpu_growth,
                   max_host_growth=args.max_host_growth, min_switches=args.min_switches,
                   aborts_planned=args.abort_fraction > 0),
     }
@@ -416,7 +455,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         run.logs.mkdir(parents=True, exist_ok=True)
     run.note_invocation(argv)
     if args.url:
-        return soak(run, args.url, args.server_pid or listening_pid(args.url), proc=None)
+        return soak(run, args.url, args.server_pid or listening_pid(args.url), proc=None,
+                    server_log=None)
     config, = sweep.server_configs(["gate"], [args.threshold], sweep.Speculation.from_args(args),
                                    run.dir)
     with sweep.server(run, config) as started:
@@ -426,7 +466,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not started or proc is None:
             run.server_failed(config)
             return 1
-        return soak(run, sweep.base_url(args), proc.pid, proc)
+        return soak(run, sweep.base_url(args), proc.pid, proc, server_log=run.server_log(config))
 
 
 if __name__ == "__main__":

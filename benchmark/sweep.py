@@ -322,8 +322,11 @@ class Run:
         self.failures.append(what)
         self.note(f"# FAILED: {what}")
 
+    def server_log(self, config: ServerConfig) -> Path:
+        return self.logs / f"server-{config.name}.log"
+
     def server_failed(self, config: ServerConfig) -> None:
-        self.fail(f"server {config.name} (see logs/server-{config.name}.log)")
+        self.fail(f"server {config.name} (see {self.server_log(config).relative_to(self.dir)})")
 
     def gate_row(self, tag: str, config: str, before: Optional[dict], after: Optional[dict],
                  **extra: object) -> None:
@@ -385,7 +388,7 @@ def server(run: Run, config: ServerConfig) -> Iterator[bool]:
     if config.adaptive_config is not None:
         (run.dir / f"{config.name}.json").write_text(json.dumps(config.adaptive_config) + "\n")
     run.record(cmd)
-    with open(run.logs / f"server-{config.name}.log", "ab") as log:
+    with open(run.server_log(config), "ab") as log:
         # A session of its own, so stopping it reaches the scheduler and detokenizer too.
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     run.server_procs[config.name] = proc
@@ -510,7 +513,7 @@ def closed_level(run: Run, config: ServerConfig, client: serving_session.Session
     reset_accept_length(run, url)
     before = gate_snapshot(url)
     stages_before = stage_totals(run, url)
-    server_log = run.logs / f"server-{config.name}.log"
+    server_log = run.server_log(config)
     log_offset = server_log.stat().st_size
     server = run.server_procs.get(config.name)
     pids = server_processes.server_processes(server.pid) if server else {}

@@ -1224,7 +1224,7 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
 
     @contextmanager
     def stand_in_server(run, config):
-        (run.logs / f"server-{config.name}.log").write_text("")
+        run.server_log(config).write_text("")
         up.append(config.name)
         yield True
         up.remove(config.name)

@@ -17,7 +17,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import pytest
 from threaded_server import serving
@@ -309,9 +309,10 @@ COUNTS = {"completed": 90, "aborted": 10, "lost": 0, "truncated": 0, "hung": 0}
 ALIVE = (True, "a 16-token request after the soak took 0.10 s")
 
 
-def judge(counts: dict, rows: list[dict], alive: tuple[bool, str] = ALIVE) -> dict:
-    return soak.verdict(counts, rows, alive=alive, warmup=20, settle=20, max_gpu_growth=0.02,
-                        max_host_growth=0.02, min_switches=2, aborts_planned=True)
+def judge(counts: dict, rows: list[dict], alive: tuple[bool, str] = ALIVE,
+          pool_failures: Optional[Sequence[str]] = ()) -> dict:
+    return soak.verdict(counts, rows, alive=alive, pool_failures=pool_failures, warmup=20, settle=20,
+                        max_gpu_growth=0.02, max_host_growth=0.02, min_switches=2, aborts_planned=True)
 
 
 def test_verdict_passes_with_flat_memory() -> None:
@@ -326,7 +327,7 @@ def test_verdict_passes_with_flat_memory() -> None:
     assert v["memory"]["gpu_mib"] == {"scope": "whole GPUs", "samples": 4, "first": 1000, "last": 1005, "max": 1010,
                                       "growth": pytest.approx(0.005),
                                       "max_growth": pytest.approx(0.01)}
-    assert [c["status"] for c in v["criteria"]] == ["pass"] * 8 + ["skip"] + ["pass"] * 2
+    assert [c["status"] for c in v["criteria"]] == ["pass"] * 9 + ["skip"] + ["pass"] * 2
     # On FlashInfer the gate serves host lengths: every one must have been the GPU's.
     rows[-1]["gate"]["host_seq_lens"] = {"resolved_on_host": 900, "copied_back": 80, "disagreed": 0,
                                          "stood_down": False}
@@ -346,8 +347,8 @@ def test_verdict_fails_on_each_criterion() -> None:
     rows[3]["server_info_error"] = "TimeoutError: timed out"
     v = judge({**bad, "aborted": 0}, rows, alive=(False, "the server exited with status -9"))
     status = {c["name"]: c["status"] for c in v["criteria"]}
-    assert status == {"server alive": "fail", "scheduler responsive": "fail", "no lost requests": "fail",
-                      "no truncated requests": "fail", "no hung requests": "fail",
+    assert status == {"server alive": "fail", "scheduler responsive": "fail", "pools intact when idle": "pass",
+                      "no lost requests": "fail", "no truncated requests": "fail", "no hung requests": "fail",
                       "requests completed": "fail", "client aborts exercised": "fail", "gate switched": "fail",
                       "host lengths agreed": "skip", "GPU memory": "fail", "host memory": "pass"}
     detail = {c["name"]: c["detail"] for c in v["criteria"]}
@@ -392,6 +393,39 @@ def test_a_stall_before_the_warm_up_ends_is_not_judged_but_one_after_is() -> Non
     detail = {c["name"]: c["detail"] for c in judge(COUNTS, rows)["criteria"]}
     assert detail["scheduler responsive"] == ("/server_info failed in 1 of 4 samples after the warm-up, "
                                               "first at 40 s: TimeoutError: timed out")
+
+
+# As SGLang 0.5.17's strict idle check ends the scheduler's traceback (InvariantChecker._report_leak).
+LEAK = ("ValueError: pool memory leak detected! [full] total=1016, available=1000, evictable=0, "
+        "protected=0, session_held=0, uncached=0\n")
+
+
+def test_verdict_fails_on_what_sglangs_idle_pool_check_logged() -> None:
+    rows = samples([1000] * 6, [300] * 6, [0, 1, 3, 5, 6, 8])
+
+    def pools(pool_failures: Optional[list[str]]) -> tuple[bool, tuple[str, str]]:
+        v = judge(COUNTS, rows, pool_failures=pool_failures)
+        return v["passed"], next((c["status"], c["detail"]) for c in v["criteria"]
+                                 if c["name"] == "pools intact when idle")
+
+    assert pools([]) == (True, ("pass", "SGLang's idle pool check logged no failure, after the drain either"))
+    assert pools([LEAK, "KV double free: sub-pool 0 has 2 duplicate pages.\n"]) == (False, (
+        "fail", "SGLang's idle pool check failed (2 lines in the server log), first: " + LEAK.strip()))
+    assert pools(["x" * 500])[1][1].endswith(": " + "x" * 200)
+    assert pools(None) == (True, ("skip", "attached server (--url): its log is not read"))
+
+
+def test_pool_check_failures_are_read_from_the_server_log(tmp_path: Path) -> None:
+    failures = [LEAK,
+                "req_to_token_pool memory leak detected!available_size=30, session_held=0, total_size=32\n",
+                "[2026-12-05 10:00:00 TP0] KV double free: sub-pool 0 has 2 duplicate pages.\n",
+                ("[2026-12-05 10:00:00 TP0] KV page use-after-free: 3 owner page refs are in the free pool, "
+                 "sample pages=[4, 5, 6].\n")]
+    log = tmp_path / "server.log"
+    log.write_bytes("".join(["[2026-12-05 09:59:59] INFO: Prefill batch, #new-token: 16\n", failures[0],
+                             "Traceback (most recent call last):\n", *failures[1:],
+                             "Scheduler hit an exception\n"]).encode() + b"\xff not UTF-8\n")
+    assert soak.pool_check_failures(log) == failures
 
 
 def test_memory_baseline_is_the_settled_level_not_a_stall_sample() -> None:
@@ -441,7 +475,22 @@ def test_soak_against_a_healthy_server_passes(fake: FakeSGLang, tmp_path: Path, 
     assert rows[0]["t"] < 0.1 and rows[-1]["in_flight"] == 0 and len(rows) >= 5
     assert "--url" in (run / "command.txt").read_text()
     assert "# Soak soak: PASS" in (run / "summary.md").read_text()
-    assert "| server alive | pass |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| server alive | pass |" in out
+    assert "| pools intact when idle | skip | attached server (--url): its log is not read |" in out
+
+
+def test_a_failed_pool_check_in_the_server_log_fails_the_soak(fake: FakeSGLang, tmp_path: Path,
+                                                             monkeypatch) -> None:
+    monkeypatch.setattr(soak, "gpu_memory_mib", lambda: [1000])
+    monkeypatch.setattr(soak, "IDLE_CHECK_WAIT_S", 0)
+    log = tmp_path / "server.log"
+    log.write_text(LEAK)
+    run = soak.sweep.Run(soak.parse_args(soak_args(tmp_path / "run", fake.url)))
+    run.dir.mkdir()
+    assert soak.soak(run, fake.url, os.getpid(), proc=None, server_log=log) == 1
+    summary = json.loads((run.dir / "summary.json").read_text())
+    assert [c["name"] for c in summary["criteria"] if c["status"] == "fail"] == ["pools intact when idle"]
 
 
 def test_soak_fails_on_truncated_requests(fake: FakeSGLang, tmp_path: Path) -> None:

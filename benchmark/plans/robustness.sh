@@ -18,7 +18,7 @@
 # (results/2026-12-04-flashinfer-kernels-built-on-cpu); their probe is their first run on a GPU.
 # It is also the first soak of the switch's bounded trace (state_switch.py, 448780e), whose
 # muted line and the Prometheus values test (dcf3e62) first passed on Triton's short form
-# (results/2026-12-05-triton-ab-c16-128):
+# (results/2026-12-05-triton-ab-c16-128), and the first of the soak's "pools intact when idle":
 #   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 290
 backend=${ROBUSTNESS_BACKEND:-flashinfer}
 if [ "$backend" = flashinfer ] && ! flashinfer_has_kernels 1b; then
