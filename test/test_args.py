@@ -71,6 +71,16 @@ def test_env_leaves_a_server_that_does_not_speculate_ungated_and_says_so(model_d
     assert f"{ENV}=8 in the environment: no effect, this server does not speculate" in capsys.readouterr().err
 
 
+def test_knobs_beside_an_env_threshold_on_a_server_that_does_not_speculate_say_why(model_dirs, monkeypatch,
+                                                                                   capsys):
+    monkeypatch.setenv(ENV, "8")
+    parse(["--model-path", model_dirs[0], "--device", "cuda", "--speculative-gate-dwell-steps", "2"])
+    err = capsys.readouterr().err
+    assert ("--speculative-gate-dwell-steps 2: no effect, the gate is off (this server does not "
+            "speculate). Drop it for such servers.") in err
+    assert "unset or 0" not in err  # the environment is set: that was the old message's wrong reason
+
+
 def test_env_with_a_speculation_the_gate_cannot_drive_is_refused_naming_it(model_dirs, monkeypatch, capsys):
     monkeypatch.setenv(ENV, "8")
     with pytest.raises(SystemExit) as exit_info:

@@ -73,6 +73,9 @@ class ThresholdSetting:
 
     n: int
     from_env: bool = False
+    # Why n is 0, for the warning about the gate's other knobs: ignored where an image-wide
+    # environment meets a server that does not speculate.
+    ignored_env: bool = False
 
     def __str__(self) -> str:
         return f"{THRESHOLD_ENV}={self.n} in the environment" if self.from_env else f"{THRESHOLD_FLAG} {self.n}"
@@ -150,7 +153,7 @@ class GateServerArgs(ServerArgs):
         if reenable is not None:
             reenable = non_negative_int(reenable, REENABLE_FLAG)
         if not setting.n:
-            _warn_knobs_without_gate(dwell, reenable)
+            _warn_knobs_without_gate(dwell, reenable, setting)
             reenable = 0
         elif reenable is None:
             reenable = setting.n
@@ -181,7 +184,7 @@ class GateServerArgs(ServerArgs):
         if setting.n and self.speculative_algorithm is None:
             logger.warning("%s: no effect, this server does not speculate (no --speculative-algorithm). "
                            "Unset it for such servers to drop this warning.", setting)
-            return ThresholdSetting(0)
+            return ThresholdSetting(0, ignored_env=True)
         return setting
 
     def gate_config(self) -> GateConfig:
@@ -198,7 +201,7 @@ def threshold_from_env() -> Optional[int]:
     return non_negative_int(value, THRESHOLD_ENV) if value else None
 
 
-def _warn_knobs_without_gate(dwell: int, reenable: Optional[int]) -> None:
+def _warn_knobs_without_gate(dwell: int, reenable: Optional[int], setting: ThresholdSetting) -> None:
     """The gate's other knobs set while it is off: said, not silently ignored. Compared with what
     an unset knob resolves to, so SGLang re-resolving resolved args (dataclasses.replace, as its
     Ray engine does) adds no warning of its own."""
@@ -207,13 +210,15 @@ def _warn_knobs_without_gate(dwell: int, reenable: Optional[int]) -> None:
         ignored.append(f"{DWELL_FLAG} {dwell}")
     if reenable:  # unset, or 0: what an off gate resolves it to
         ignored.append(f"{REENABLE_FLAG} {reenable}")
-    if ignored:
-        logger.warning(
-            "%s: no effect, the gate is off (%s and %s unset or 0). Set %s N to gate "
-            "speculation, or drop %s.",
-            ", ".join(ignored), THRESHOLD_FLAG, THRESHOLD_ENV, THRESHOLD_FLAG,
-            "it" if len(ignored) == 1 else "them",
-        )
+    if not ignored:
+        return
+    them = "it" if len(ignored) == 1 else "them"
+    if setting.ignored_env:  # a threshold would be refused here too: nothing to gate
+        why, fix = "this server does not speculate", f"Drop {them} for such servers."
+    else:
+        why = f"{THRESHOLD_FLAG} and {THRESHOLD_ENV} unset or 0"
+        fix = f"Set {THRESHOLD_FLAG} N to gate speculation, or drop {them}."
+    logger.warning("%s: no effect, the gate is off (%s). %s", ", ".join(ignored), why, fix)
 
 
 def host_seq_lens_enabled() -> bool:
