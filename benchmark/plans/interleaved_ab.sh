@@ -1,6 +1,7 @@
 # The gate against plain with both servers resident (sweep.py --interleave), so the two share the
 # host and each round's order alternates, at AB_LEVELS (default 64) on AB_BACKEND (default
-# flashinfer), AB_REPEATS runs a level (default 3) after a warm-up, traced at AB_PROFILE_LEVEL
+# flashinfer), AB_REPEATS runs a level (default 3) of AB_PROMPTS_PER_C x C prompts each
+# (default 4: a run of 7-18 s on the 8B pair, whose single runs spread up to 8 %) after a warm-up, traced at AB_PROFILE_LEVEL
 # where set (200 steps, the host recorded: host_ms_after_prefill among the summaries); then, where
 # AB_TESTS is set, the GPU tests it selects (pytest -k, commas for "or") on Triton's 1B pair.
 # - Run on d2cd530 as skip_draft_kv_c64.sh (AB_REPEATS=1, no tests) in what was left of a
@@ -35,12 +36,15 @@
 #   AB_BACKEND=triton AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_TESTS=greedy_outputs_identical,gate_switched,prometheus_metrics bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
 #   benchmark/results/2026-12-05-triton-ab-c16-128: medians 0.989 / 0.971 / 0.981 / 0.987x
 #   plain, TPOT 1.026 / 1.029 / 1.028 / 1.057x; single runs down to 0.893x (C = 64, run 3).
+# Next: whether Triton's 5.7 % TPOT at C = 128 is the gate's or the short runs' spread: longer
+# runs, more of them, at that level alone (about 12 device minutes):
+#   AB_BACKEND=triton AB_LEVELS=128 AB_REPEATS=5 AB_PROMPTS_PER_C=8 bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
 phase "$backend-ab" python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/$backend-ab" \
   --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
-  --configs gate,plain --concurrency "$levels" --prompts-per-concurrency 4 --repeat-levels "${AB_REPEATS:-3}" \
+  --configs gate,plain --concurrency "$levels" --prompts-per-concurrency "${AB_PROMPTS_PER_C:-4}" --repeat-levels "${AB_REPEATS:-3}" \
   --warm-up-level "${levels##*,}" --output-len 256 --output-len-spread 0.5 \
   ${AB_PROFILE_LEVEL:+--profile-level "$AB_PROFILE_LEVEL" --profile-steps 200 --profile-host} \
   -- --attention-backend "$backend" --sampling-backend pytorch --grammar-backend none
