@@ -37,7 +37,7 @@
 #   benchmark/results/2026-12-05-triton-ab-c16-128: medians 0.989 / 0.971 / 0.981 / 0.987x
 #   plain, TPOT 1.026 / 1.029 / 1.028 / 1.057x; single runs down to 0.893x (C = 64, run 3).
 # Next: whether Triton's 5.7 % TPOT at C = 128 is the gate's or the short runs' spread: longer
-# runs, more of them, at that level alone (about 12 device minutes):
+# runs, more of them, at that level alone (a plan of about 10 minutes: runs of about 35 s):
 #   AB_BACKEND=triton AB_LEVELS=128 AB_REPEATS=5 AB_PROMPTS_PER_C=8 bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
