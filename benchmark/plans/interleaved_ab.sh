@@ -36,9 +36,15 @@
 #   AB_BACKEND=triton AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_TESTS=greedy_outputs_identical,gate_switched,prometheus_metrics bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
 #   benchmark/results/2026-12-05-triton-ab-c16-128: medians 0.989 / 0.971 / 0.981 / 0.987x
 #   plain, TPOT 1.026 / 1.029 / 1.028 / 1.057x; single runs down to 0.893x (C = 64, run 3).
-# Next: whether Triton's 5.7 % TPOT at C = 128 is the gate's or the short runs' spread: longer
-# runs, more of them, at that level alone (a plan of about 10 minutes: runs of about 35 s):
+# - Whether Triton's 5.7 % TPOT at C = 128 was the gate's or the short runs' spread: that level
+#   alone, five runs of 8 x C (31.5-33.5 s each), on 4f228eb, in a call of 276 s and two waits
+#   (the A/B 705 s):
 #   AB_BACKEND=triton AB_LEVELS=128 AB_REPEATS=5 AB_PROMPTS_PER_C=8 bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
+#   benchmark/results/2026-12-05-triton-ab-c128-long: median 0.979x plain, TPOT 1.014x (worst
+#   run 1.023x); each server's own runs spread 4.4-4.8 %, against 7.7 % in runs of 4 x C.
+# Next: the Speed table's four levels in runs of that length, on each backend (about 15 minutes
+# of plan each):
+#   AB_LEVELS=16,32,64,128 AB_REPEATS=3 AB_PROMPTS_PER_C=8 bash benchmark/gpu_job.sh start benchmark/plans/interleaved_ab.sh 290
 backend=${AB_BACKEND:-flashinfer}
 levels=${AB_LEVELS:-64}
 phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
