@@ -1,6 +1,7 @@
 # Robustness and correctness (issue 3, items 5, 6 and 9): a 20-minute soak around N = 8 on the
-# 1B pair, and beside it on the same GPU the TP = 1 GPU suite in its 204-request form. About 27
-# device minutes on one H200; SOAK_SECONDS (default 1200) shortens the soak where less device time
+# 1B pair, and beside it on the same GPU the TP = 1 GPU suite in its 204-request form. About 25
+# device minutes on one H200 (12-05: the host's start 90 s, install, kernel probe and pair 40 s,
+# the soak server's start on FlashInfer 96 s, then the soak and 5 s idle); SOAK_SECONDS (default 1200) shortens the soak where less device time
 # is left. ROBUSTNESS_BACKEND (default flashinfer, whose plain steps take the gate's host lengths)
 # picks the attention backend of both.
 # The soak judges its own server's GPU memory, so the tests' servers do not count against it.
@@ -14,8 +15,10 @@
 # The last FlashInfer run was on d279a34 (the package as at 085f297), 15-minute soak:
 # results/2026-12-03-soak-1b-n8-flashinfer-final; its 20-minute soak on e494898:
 # results/2026-12-03-soak-1b-n8-flashinfer.
-# Next: the whole plan on FlashInfer, 20 minutes, on the kernels built on 12-04 on a CPU host
-# (results/2026-12-04-flashinfer-kernels-built-on-cpu); their probe is their first run on a GPU.
+# Started on 4f228eb on 12-05: the kernels built on 12-04 on a CPU host passed their probe, their
+# first run on a GPU (results/2026-12-04-flashinfer-kernels-built-on-cpu), and the host was lost
+# 2.5 minutes into the soak, when a turn cut short missed the 30 s for the next `wait`.
+# Next: the whole plan on FlashInfer, 20 minutes, first in a session with its 30 device minutes.
 # It is also the first soak of the switch's bounded trace (state_switch.py, 448780e), whose
 # muted line and the Prometheus values test (dcf3e62) first passed on Triton's short form
 # (results/2026-12-05-triton-ab-c16-128), and the first of the soak's "pools intact when idle":
