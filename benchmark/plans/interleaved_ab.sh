@@ -1,9 +1,10 @@
 # The gate against plain with both servers resident (sweep.py --interleave), so the two share the
 # host and each round's order alternates, at AB_LEVELS (default 64) on AB_BACKEND (default
 # flashinfer), AB_REPEATS runs a level (default 3) of AB_PROMPTS_PER_C x C prompts each
-# (default 4: a run of 7-18 s on the 8B pair, whose single runs spread up to 8 %) after a warm-up, traced at AB_PROFILE_LEVEL
-# where set (200 steps, the host recorded: host_ms_after_prefill among the summaries); then, where
-# AB_TESTS is set, the GPU tests it selects (pytest -k, commas for "or") on Triton's 1B pair.
+# (default 4: a run of 7-18 s on the 8B pair, whose single runs spread up to 8 %) after a
+# warm-up, traced at AB_PROFILE_LEVEL where set (200 steps, the host recorded:
+# host_ms_after_prefill among the summaries); then, where AB_TESTS is set, the GPU tests it
+# selects (pytest -k, commas for "or") on Triton's 1B pair.
 # - Run on d2cd530 as skip_draft_kv_c64.sh (AB_REPEATS=1, no tests) in what was left of a
 #   session, with upstream's SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 in the plan's environment,
 #   which both servers inherit (plain runs no draft), in one call of 342 s:

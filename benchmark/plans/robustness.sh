@@ -2,8 +2,8 @@
 # 1B pair, and beside it on the same GPU the TP = 1 GPU suite in its 204-request form. About 25
 # device minutes on one H200 (12-05: the host's start 90 s, install, kernel probe and pair 40 s,
 # the soak server's start on FlashInfer 96 s, then the soak and 5 s idle); SOAK_SECONDS (default
-# 1200) shortens the soak where less device time is left. ROBUSTNESS_BACKEND (default flashinfer, whose plain steps take the gate's host lengths)
-# picks the attention backend of both.
+# 1200) shortens the soak where less device time is left. ROBUSTNESS_BACKEND (default
+# flashinfer, whose plain steps take the gate's host lengths) picks the attention backend of both.
 # The soak judges its own server's GPU memory, so the tests' servers do not count against it.
 # FlashInfer on the 1B pair needs kernels for head dim 64, which the 1slim wheel cannot build.
 # Without them the soak's server failed its start after 101 s and the tests' servers theirs, one
