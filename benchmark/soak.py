@@ -228,7 +228,7 @@ def pool_criterion(failures: Optional[list[str]]) -> dict:
     if failures is None:
         return criterion(name, None, "attached server (--url): its log is not read")
     if not failures:
-        return criterion(name, True, "SGLang's idle pool check logged no failure, after the drain either")
+        return criterion(name, True, "SGLang's idle pool check logged no failure, also after the drain")
     return criterion(name, False, f"SGLang's idle pool check failed ({len(failures)} lines in the "
                                   f"server log), first: {failures[0].strip()[:200]}")
 

@@ -408,7 +408,7 @@ def test_verdict_fails_on_what_sglangs_idle_pool_check_logged() -> None:
         return v["passed"], next((c["status"], c["detail"]) for c in v["criteria"]
                                  if c["name"] == "pools intact when idle")
 
-    assert pools([]) == (True, ("pass", "SGLang's idle pool check logged no failure, after the drain either"))
+    assert pools([]) == (True, ("pass", "SGLang's idle pool check logged no failure, also after the drain"))
     assert pools([LEAK, "KV double free: sub-pool 0 has 2 duplicate pages.\n"]) == (False, (
         "fail", "SGLang's idle pool check failed (2 lines in the server log), first: " + LEAK.strip()))
     assert pools(["x" * 500])[1][1].endswith(": " + "x" * 200)
