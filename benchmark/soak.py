@@ -1,12 +1,14 @@
 """Soak: minutes of load oscillating around the gate's threshold N, and a pass/fail verdict.
 
 The load (``soak_load.py``) keeps a number of streaming requests in flight that follows a wave
-between N/2 and 2N, with mixed prompt and output lengths, some requests sampled and some dropped
-by the client mid-stream. Every ``--sample-interval`` seconds the script records the GPUs' used
-memory, the server process tree's resident memory and the gate's counters. The verdict: no
-crash, no stall, no hang, no lost or truncated request, no memory growth after the warm-up, and
-the gate switched, speculating and decoding plainly; the exit status is 1 when any criterion
-fails.
+between N/2 and 2N, with bursts past the server's ``--max-running-requests``, mixed prompt and
+output lengths, long prompts while the gate is off, and requests that are sampled, ask for
+logprobs, carry stop strings or are dropped by the client before their first token or
+mid-stream. Every ``--sample-interval`` seconds the script records the GPUs' used memory, the
+server process tree's resident memory and the gate's counters. The verdict: no crash, no
+stall, no hang, no lost, truncated or malformed request, no memory growth after the warm-up,
+each kind of request exercised, requests queued and retracted, and the gate switched,
+speculating and decoding plainly; the exit status is 1 when any criterion fails.
 
     python benchmark/soak.py --name 1b-n8 --model-path T --draft-model-path D --threshold 8 \\
         --duration 1200 -- --attention-backend triton
@@ -22,6 +24,9 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
+import random
+import re
 import secrets
 import subprocess
 import sys
@@ -36,8 +41,8 @@ import psutil
 
 import sweep
 from machine import nvidia_smi
-from soak_load import (OUTCOMES, PROBE_TOKENS, Load, Mix, RequestResult, Wave, client_session,
-                       drive, probe)
+from soak_load import (EXERCISED, FIRST_PROMPT_ID, OUTCOMES, PROBE_TOKENS, Load, Mix,
+                       RequestResult, Wave, client_session, common_substring, drive, probe)
 
 # After the probe the server idles for the first time since the load began, and SGLang's
 # scheduler checks its KV and request pools whenever it idles (Scheduler.on_idle). With
@@ -49,6 +54,15 @@ IDLE_CHECK_WAIT_S = 5
 # (srt/managers/scheduler_components/invariant_checker.py): a leaked KV or request slot, a KV
 # page freed twice, a page both owned and free.
 POOL_CHECK_FAILURES = ("memory leak detected", "KV double free", "KV page use-after-free")
+
+# The scheduler's log lines that show a burst's effect: its prefill and decode lines report the
+# waiting queue (scheduler_components/metrics_reporter.py), and a decode step that finds the KV
+# pool full retracts requests back into it (scheduler.py, "KV cache pool is full").
+QUEUE_LINE = re.compile(r"#queue-req: (\d+)")
+RETRACT_LINE = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
+
+# Greedy requests whose output text the default stop strings are drawn from.
+STOP_CALIBRATION_REQUESTS, STOP_CALIBRATION_TOKENS = 8, 64
 
 # --------------------------------------------------------------------------- samples
 
@@ -133,6 +147,34 @@ def pool_check_failures(log: Path) -> list[str]:
     """The lines of a server log in which SGLang's idle pool check failed."""
     with open(log, errors="replace") as f:
         return [line for line in f if any(message in line for message in POOL_CHECK_FAILURES)]
+
+
+def queue_and_retractions(log: Path) -> dict:
+    """The longest waiting queue the scheduler logged, and the requests it retracted."""
+    queued, retracted = 0, 0
+    with open(log, errors="replace") as f:
+        for line in f:
+            if (m := QUEUE_LINE.search(line)):
+                queued = max(queued, int(m.group(1)))
+            if (m := RETRACT_LINE.search(line)):
+                retracted += int(m.group(1))
+    return {"max_queue": queued, "retracted": retracted}
+
+
+def calibrate_stop_strings(url: str, vocab_size: int, seed: int) -> tuple[str, ...]:
+    """A stop string that greedy outputs of this server's model contain: the two characters
+    found in most of a few sample outputs, so that stop requests do end at a string."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(FIRST_PROMPT_ID, vocab_size) for _ in range(16)]
+               for _ in range(STOP_CALIBRATION_REQUESTS)]
+    outs = sweep.http_json(url + "/generate", {
+        "input_ids": prompts, "sampling_params": {"max_new_tokens": STOP_CALIBRATION_TOKENS,
+                                                  "temperature": 0.0, "ignore_eos": True}},
+        timeout=120)
+    found = common_substring([out["text"] for out in outs], length=2)
+    if found is None:
+        raise SystemExit("no two characters recur in the model's outputs: pass --stop-strings")
+    return (found,)
 
 
 def jsonl(f: TextIO) -> Callable[[dict], None]:
@@ -233,17 +275,37 @@ def pool_criterion(failures: Optional[list[str]]) -> dict:
                                   f"server log), first: {failures[0].strip()[:200]}")
 
 
+def exercised_criteria(exercised: dict[str, int], planned: dict[str, bool]) -> list[dict]:
+    """One row per kind of request the load is made of (soak_load.EXERCISED): some must have
+    done what they were planned for, where the mix plans any."""
+    return [criterion(f"exercised: {what}", exercised[what] > 0 if planned[what] else None,
+                      f"{exercised[what]} requests" if planned[what] else "none planned")
+            for what in EXERCISED]
+
+
+def burst_criterion(log_stats: Optional[dict], planned: bool) -> dict:
+    name = "bursts queued and retracted"
+    if not planned:
+        return criterion(name, None, "no bursts planned")
+    if log_stats is None:
+        return criterion(name, None, "attached server (--url): its log is not read")
+    return criterion(name, log_stats["max_queue"] > 0 and log_stats["retracted"] > 0,
+                     f"longest queue {log_stats['max_queue']}, {log_stats['retracted']} "
+                     f"requests retracted")
+
+
 def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, str],
             pool_failures: Optional[list[str]], warmup: float, settle: float,
             max_gpu_growth: float, max_host_growth: float, min_switches: int,
-            aborts_planned: bool) -> dict:
+            aborts_planned: bool, exercised: dict[str, int], exercise_planned: dict[str, bool],
+            log_stats: Optional[dict], bursts_planned: bool) -> dict:
     """Request outcomes, gate activity and memory against the criteria; ``passed`` if none fails.
 
     Memory is judged after the warm-up, which should cover a full period of the wave: SGLang's
     allocator and Python's heap grow to the peak load once, and a leak is growth beyond that.
     ``settle`` (a period) is where its baseline is taken (memory_stats). ``pool_failures``: the
-    server log's lines from SGLang's idle pool check (pool_check_failures), None where the log is
-    not ours to read.
+    server log's lines from SGLang's idle pool check (pool_check_failures), and ``log_stats`` its
+    queue and retractions (queue_and_retractions), None where the log is not ours to read.
     """
     gates = [s["gate"] for s in samples if s["gate"]]
     gate = None if not gates else {"before": gates[0], "after": gates[-1],
@@ -255,18 +317,20 @@ def verdict(counts: dict[str, int], samples: list[dict], *, alive: tuple[bool, s
         responsive_criterion(samples, warmup),
         pool_criterion(pool_failures),
         *(criterion(f"no {kind} requests", counts[kind] == 0, f"{counts[kind]} {kind}")
-          for kind in ("lost", "truncated", "hung")),
+          for kind in ("lost", "truncated", "malformed", "hung")),
         criterion("requests completed", counts["completed"] > 0,
                   f"{counts['completed']} completed"),
         criterion("client aborts exercised", counts["aborted"] > 0 if aborts_planned else None,
-                  f"{counts['aborted']} aborted mid-stream" if aborts_planned else "none planned"),
+                  f"{counts['aborted']} aborted by the client" if aborts_planned else "none planned"),
+        *exercised_criteria(exercised, exercise_planned),
+        burst_criterion(log_stats, bursts_planned),
         gate_criterion(gate, min_switches),
         host_lengths_criterion(gate),
         memory_criterion("GPU memory", memory["gpu_mib"], max_gpu_growth),
         memory_criterion("host memory", memory["host_rss_mib"], max_host_growth),
     ]
-    return {"requests": {"total": sum(counts.values()), **counts}, "gate": gate,
-            "memory": memory, "criteria": criteria,
+    return {"requests": {"total": sum(counts.values()), **counts}, "exercised": exercised,
+            "server_log": log_stats, "gate": gate, "memory": memory, "criteria": criteria,
             "passed": all(c["status"] != "fail" for c in criteria)}
 
 
@@ -286,16 +350,20 @@ def markdown(summary: dict) -> str:
         f"# Soak {summary['name']}: {'PASS' if summary['passed'] else 'FAIL'}",
         "",
         f"{summary['started']}, {summary['elapsed_s']:.0f} s of load ({summary['duration_s']:g} "
-        f"planned{', stopped early' if summary['stopped_early'] else ''}) on {summary['url']}; "
+        f"planned{', stopped early' if summary['stopped_early'] else ''}) on {summary['url']}, "
+        f"commit {summary['commit']}, attention backend {summary['attention_backend']}; "
         f"N = {summary['threshold']}; concurrency {wave['shape']} {wave['low']}..{wave['high']} "
-        f"every {wave['period']:g} s.",
+        f"every {wave['period']:g} s"
+        + (f", +{wave['burst']} for {wave['burst_s']:g} s of every {wave['burst_every']:g} s"
+           if wave["burst"] else "") + ".",
         "",
         "| criterion | result | detail |",
         "|---|---|---|",
         *(f"| {c['name']} | {c['status']} | {c['detail']} |" for c in summary["criteria"]),
         "",
         f"Requests: {req['total']} ("
-        + ", ".join(f"{kind} {req[kind]}" for kind in OUTCOMES) + ").",
+        + ", ".join(f"{kind} {req[kind]}" for kind in OUTCOMES) + "); "
+        + ", ".join(f"{what} {n}" for what, n in summary["exercised"].items()) + ".",
     ]
     if summary["gate"]:
         d = summary["gate"]["delta"]
@@ -307,19 +375,46 @@ def markdown(summary: dict) -> str:
 # --------------------------------------------------------------------------- the run
 
 
-def make_wave(args: argparse.Namespace, threshold: int) -> Wave:
+def make_wave(args: argparse.Namespace, threshold: int, max_running: int = 0) -> Wave:
+    """``max_running``: the server's --max-running-requests, which a default burst doubles."""
     low = args.low or max(1, threshold // 2)
     high = args.high or 2 * threshold
     if not 1 <= low < high:
         raise SystemExit(f"the wave needs 1 <= --low < --high, got {low} and {high}")
-    return Wave(low, high, args.period, args.shape)
+    burst = max_running if args.burst is None else args.burst
+    return Wave(low, high, args.period, args.shape, burst,
+                args.burst_every if burst else 0.0, args.burst_seconds if burst else 0.0)
 
 
-async def load_and_sample(run: sweep.Run, url: str, wave: Wave, pid: Optional[int],
+def make_mix(args: argparse.Namespace, threshold: int, stop_strings: tuple[str, ...]) -> Mix:
+    return Mix(tuple(args.prompt_lens), tuple(args.output_lens), args.abort_fraction,
+               args.sampled_fraction, args.vocab_size,
+               prefill_abort_fraction=args.prefill_abort_fraction,
+               logprob_fraction=args.logprob_fraction, stop_fraction=args.stop_fraction,
+               stop_strings=stop_strings, long_prompt_len=args.long_prompt_len,
+               long_prompt_fraction=args.long_prompt_fraction, long_prompt_above=threshold)
+
+
+def exercise_planned(mix: Mix) -> dict[str, bool]:
+    return dict(zip(EXERCISED, (mix.logprob_fraction > 0, mix.stop_fraction > 0,
+                                mix.long_prompt_fraction > 0, mix.prefill_abort_fraction > 0)))
+
+
+def commit() -> str:
+    """The project commit under test: SPECGATE_COMMIT where the checkout travels without its
+    history (the GPU host), else git's."""
+    if os.environ.get("SPECGATE_COMMIT"):
+        return os.environ["SPECGATE_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+async def load_and_sample(run: sweep.Run, url: str, wave: Wave, mix: Mix, pid: Optional[int],
                           incremental: bool) -> tuple[Load, list[dict], RequestResult]:
     args, load, samples = run.args, Load(), []
-    mix = Mix(tuple(args.prompt_lens), tuple(args.output_lens), args.abort_fraction,
-              args.sampled_fraction, args.vocab_size)
     rid_prefix = f"soak-{secrets.token_hex(3)}"  # unique across soaks of one server
     start = time.monotonic()
     with open(run.dir / "samples.jsonl", "w") as sf, open(run.dir / "requests.jsonl", "w") as rf:
@@ -356,28 +451,39 @@ def soak(run: sweep.Run, url: str, pid: Optional[int], proc: Optional[subprocess
         info = sweep.http_json(url + "/server_info")
     except OSError as e:
         raise SystemExit(f"{url}/server_info: {e}")
-    gate = (info.get("internal_states") or [{}])[0].get("spec_gate") or {}
+    state = (info.get("internal_states") or [{}])[0]
+    gate = state.get("spec_gate") or {}
     threshold = args.threshold or gate.get("threshold")
     if not threshold:
         raise SystemExit("the server reports no spec gate: pass --threshold for the wave")
-    wave = make_wave(args, threshold)
-    run.note(f"# soak {args.duration:g} s on {url}, N={threshold}, {wave}, server pid {pid}")
+    wave = make_wave(args, threshold, state.get("effective_max_running_requests_per_dp")
+                     or info.get("max_running_requests") or 0)
+    stop_strings = tuple(args.stop_strings) if args.stop_strings is not None else \
+        calibrate_stop_strings(url, args.vocab_size, args.seed) if args.stop_fraction else ()
+    mix = make_mix(args, threshold, stop_strings)
+    run.note(f"# soak {args.duration:g} s on {url}, N={threshold}, {wave}, stop strings "
+             f"{stop_strings}, server pid {pid}")
     started = datetime.datetime.now().isoformat(timespec="seconds")
     t0 = time.monotonic()
     load, samples, last = asyncio.run(load_and_sample(
-        run, url, wave, pid, incremental=bool(info.get("incremental_streaming_output"))))
+        run, url, wave, mix, pid, incremental=bool(info.get("incremental_streaming_output"))))
     elapsed_s = time.monotonic() - t0
     if server_log is not None:  # an attached server's exit and log are not ours to see
         time.sleep(IDLE_CHECK_WAIT_S)
     summary = {
-        "name": args.name, "url": url, "started": started,
-        "elapsed_s": elapsed_s, "duration_s": args.duration,
+        "name": args.name, "url": url, "commit": commit(),
+        "attention_backend": state.get("attention_backend") or info.get("attention_backend"),
+        "started": started, "elapsed_s": elapsed_s, "duration_s": args.duration,
         "stopped_early": load.stopped_early, "threshold": threshold, "wave": asdict(wave),
+        "stop_strings": stop_strings,
         **verdict(load.counts, samples, alive=server_alive(proc, last),
                   pool_failures=None if server_log is None else pool_check_failures(server_log),
                   warmup=args.warmup, settle=wave.period, max_gpu_growth=args.max_gpu_growth,
                   max_host_growth=args.max_host_growth, min_switches=args.min_switches,
-                  aborts_planned=args.abort_fraction > 0),
+                  aborts_planned=args.abort_fraction + args.prefill_abort_fraction > 0,
+                  exercised=load.exercised, exercise_planned=exercise_planned(mix),
+                  log_stats=None if server_log is None else queue_and_retractions(server_log),
+                  bursts_planned=wave.burst > 0),
     }
     (run.dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     text = markdown(summary)
@@ -408,6 +514,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                       help="max_new_tokens, drawn uniformly")
     wave.add_argument("--abort-fraction", type=float, default=0.1,
                       help="share of requests the client drops mid-stream")
+    wave.add_argument("--prefill-abort-fraction", type=float, default=0.05,
+                      help="share the client drops before their first token (queued or in prefill)")
+    wave.add_argument("--logprob-fraction", type=float, default=0.1,
+                      help="share with return_logprob; each must get one logprob per token")
+    wave.add_argument("--stop-fraction", type=float, default=0.1,
+                      help="share with stop strings; each must end at one or run to its length")
+    wave.add_argument("--stop-strings", type=lambda s: s.split(","),
+                      help="comma-separated (default: two characters common in the model's "
+                           "greedy outputs)")
+    wave.add_argument("--long-prompt-len", type=int, default=6144,
+                      help="tokens of a long prompt: several prefill chunks")
+    wave.add_argument("--long-prompt-fraction", type=float, default=0.05,
+                      help="share of long prompts among requests launched above N (the gate off)")
+    wave.add_argument("--burst", type=int,
+                      help="requests a burst adds to the wave (default: the server's "
+                           "--max-running-requests, so that requests queue; 0: none)")
+    wave.add_argument("--burst-every", type=float, default=240, help="seconds between bursts")
+    wave.add_argument("--burst-seconds", type=float, default=20, help="seconds a burst lasts")
     wave.add_argument("--sampled-fraction", type=float, default=0.5,
                       help="share sampled (temperature 0.8, top_p 0.95); the rest greedy")
     wave.add_argument("--vocab-size", type=int, default=32000,
@@ -439,6 +563,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--threshold: N >= 1")
     if not 0 <= args.warmup < args.duration:
         p.error("--warmup must be shorter than --duration")
+    for name in ("abort_fraction", "prefill_abort_fraction", "logprob_fraction", "stop_fraction",
+                 "long_prompt_fraction", "sampled_fraction"):
+        if not 0 <= getattr(args, name) <= 1:
+            p.error(f"--{name.replace('_', '-')}: a share in [0, 1], got {getattr(args, name)}")
+    if args.abort_fraction + args.prefill_abort_fraction > 1:
+        p.error("--abort-fraction and --prefill-abort-fraction add up to more than 1")
+    if args.burst and not 0 < args.burst_seconds < args.burst_every:
+        p.error("a burst needs 0 < --burst-seconds < --burst-every")
     if args.threshold and not args.max_running_requests:
         # The wave's peak: the batch never needs more, and fewer CUDA graphs start faster.
         args.max_running_requests = make_wave(args, args.threshold).high

@@ -1,9 +1,11 @@
 """CPU tests of the soak benchmark against a fake server that streams like SGLang's /generate.
 
-The fake answers ``/generate`` with ``data: {json}`` events (cumulative ``output_ids`` and
-``meta_info.completion_tokens``/``finish_reason``, or deltas when ``incremental``) and a final
-``data: [DONE]``, as ``sglang/srt/entrypoints/http_server.py`` does, and ``/server_info`` with a
-``spec_gate`` dict. Its ``behaviour`` picks how a request goes wrong.
+The fake answers ``/generate`` with ``data: {json}`` events (cumulative ``text``, ``output_ids``
+and ``meta_info.completion_tokens``/``finish_reason``/``output_token_logprobs``, or deltas when
+``incremental``) and a final ``data: [DONE]``, as ``sglang/srt/entrypoints/http_server.py`` does,
+ending a request at its first stop string with the string trimmed from the text, as SGLang's
+detokenizer does; a request without ``stream`` gets one JSON answer per prompt. ``/server_info``
+has a ``spec_gate`` dict. Its ``behaviour`` picks how a request goes wrong.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -37,7 +40,7 @@ class FakeSGLang(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        # Per request body -> ok | short | error | http500 | drop | stall
+        # Per request body -> ok | short | error | http500 | drop | stall | no_logprob | no_trim
         self.behaviour: Callable[[dict], str] = lambda body: "ok"
         self.incremental = False
         self.gate: Optional[dict] = {"active": True, "threshold": 4, "reenable_threshold": 4,
@@ -66,8 +69,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/server_info":
             self.reply(200, json.dumps({"incremental_streaming_output": self.server.incremental,
-                                        "internal_states": [{"spec_gate":
-                                                             self.server.gate_state()}]}))
+                                        "internal_states": [{
+                                            "spec_gate": self.server.gate_state(),
+                                            "attention_backend": "fake",
+                                            "effective_max_running_requests_per_dp": 8}]}))
         else:  # /health
             self.reply(200, "")
 
@@ -82,6 +87,10 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         fake = self.server
         behaviour = fake.behaviour(body)
+        if not body.get("stream"):  # a batch of greedy prompts, as the stop-string calibration sends
+            n = body["sampling_params"]["max_new_tokens"]
+            self.reply(200, json.dumps([{"text": text_of(n)} for _ in body["input_ids"]]))
+            return
         if behaviour == "http500":
             self.reply(500, "boom")
             return
@@ -101,20 +110,35 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
-        n = body["sampling_params"]["max_new_tokens"]
+        sampling, incremental = body["sampling_params"], self.server.incremental
+        n = sampling["max_new_tokens"]
         last = n - 1 if behaviour == "short" else n
         ids: list[int] = []
+        sent = ""  # the text streamed so far
         for i in range(last):
             if behaviour == "stall" and i == 2:
                 time.sleep(2)
             if behaviour == "drop" and i == 2:
                 return
-            ids.append(7)
-            finish = {"type": "length", "length": n} if i == last - 1 else None
-            self.event({"text": "x", "output_ids": [7] if self.server.incremental else ids,
-                        "meta_info": {"id": body["rid"], "completion_tokens": len(ids),
-                                      "finish_reason": finish}})
+            ids.append(TOKEN_IDS[i % len(TOKEN_IDS)])
+            text = text_of(len(ids))
+            stop = next((s for s in sampling.get("stop", []) if s in text), None)
+            if stop is not None and behaviour != "no_trim":
+                text = text[:text.index(stop)]
+            finish = {"type": "stop", "matched": stop} if stop is not None else \
+                {"type": "length", "length": n} if i == last - 1 else None
+            meta = {"id": body["rid"], "completion_tokens": len(ids), "finish_reason": finish}
+            if body.get("return_logprob"):
+                logprobs = [[-0.5, t, None] for t in ids]
+                if behaviour == "no_logprob" and finish:
+                    logprobs.pop()
+                meta["output_token_logprobs"] = logprobs[len(ids) - 1:] if incremental else logprobs
+            self.event({"text": text[len(sent):] if incremental else text,
+                        "output_ids": ids[-1:] if incremental else ids, "meta_info": meta})
+            sent = text
             time.sleep(TOKEN_DELAY_S)
+            if finish:
+                break
         if behaviour == "error":
             self.event({"error": {"message": "bad request", "code": 400}})
         self.wfile.write(b"data: [DONE]\n\n")
@@ -125,15 +149,23 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+# The fake's output: token i is TOKEN_IDS[i % 26] and reads as the i-th letter of the alphabet.
+TOKEN_IDS = list(range(200, 226))
+
+
+def text_of(tokens: int) -> str:
+    return "".join(chr(ord("a") + i % 26) for i in range(tokens))
+
+
 @pytest.fixture()
 def fake() -> Iterator[FakeSGLang]:
     with serving(FakeSGLang()) as server:
         yield server
 
 
-def plan(max_new: int = 12, abort_at: Optional[int] = None, rid: str = "r") -> RequestPlan:
+def plan(max_new: int = 12, abort_at: Optional[int] = None, rid: str = "r", **kinds) -> RequestPlan:
     return RequestPlan(id=0, rid=rid, prompt_ids=[101, 102, 103], max_new_tokens=max_new,
-                       sampled=False, abort_at=abort_at)
+                       sampled=False, abort_at=abort_at, **kinds)
 
 
 def send(fake: FakeSGLang, p: RequestPlan, timeout: float = 5.0,
@@ -156,25 +188,57 @@ def test_wave_shapes() -> None:
     assert all(2 <= triangle.target(t / 10) <= 8 for t in range(300))
 
 
+def test_bursts_lift_the_wave_for_their_last_seconds() -> None:
+    wave = Wave(2, 8, period=10, shape="square", burst=16, burst_every=20, burst_s=8)
+    assert [wave.target(t) for t in (0, 11.9, 12, 16, 20, 32)] == [2, 2, 18, 24, 2, 18]
+
+
+def draw(mix: Mix, targets: Sequence[int], seed: int = 1) -> list[RequestPlan]:
+    planner = mix.plans(seed=seed, rid_prefix="s")
+    return [planner.next(target) for target in targets]
+
+
 def test_plans_are_mixed_and_reproducible() -> None:
     mix = Mix(prompt_lens=(4, 64), output_lens=(8, 32), abort_fraction=0.3,
-              sampled_fraction=0.5, vocab_size=1000)
-    plans = [p for p, _ in zip(mix.plans(seed=1, rid_prefix="s"), range(400))]
-    again = [p for p, _ in zip(mix.plans(seed=1, rid_prefix="s"), range(400))]
-    assert plans == again
-    assert {len(p.prompt_ids) for p in plans} == {4, 64}
+              sampled_fraction=0.5, vocab_size=1000, prefill_abort_fraction=0.1,
+              logprob_fraction=0.2, stop_fraction=0.25, stop_strings=("ab",),
+              long_prompt_len=500, long_prompt_fraction=0.5, long_prompt_above=4)
+    targets = [2, 6] * 200  # below and above long_prompt_above in turn
+    plans = draw(mix, targets)
+    assert plans == draw(mix, targets)
+    assert {len(p.prompt_ids) for p in plans} == {4, 64, 500}
     assert {p.max_new_tokens for p in plans} == {8, 32}
     assert all(100 <= i < 1000 for p in plans for i in p.prompt_ids)
-    aborted = [p for p in plans if p.abort_at is not None]
+    aborted = [p for p in plans if p.abort_at]
     assert 0.2 < len(aborted) / len(plans) < 0.4
     assert all(1 <= p.abort_at < p.max_new_tokens for p in aborted)
+    assert 0.05 < sum(p.abort_at == 0 for p in plans) / len(plans) < 0.15
     assert 0.4 < sum(p.sampled for p in plans) / len(plans) < 0.6
+    assert 0.1 < sum(p.logprobs for p in plans) / len(plans) < 0.3
+    assert {p.stop for p in plans} == {(), ("ab",)}
+    assert 0.15 < sum(bool(p.stop) for p in plans) / len(plans) < 0.35
+    # Long prompts only where the load they join is above the threshold, at their share there.
+    long = [p.long_prompt for p, target in zip(plans, targets) if target > 4]
+    assert not any(p.long_prompt for p, target in zip(plans, targets) if target <= 4)
+    assert 0.4 < sum(long) / len(long) < 0.6
+    assert all(len(p.prompt_ids) == 500 for p in plans if p.long_prompt)
     rids = sorted(p.rid for p in plans) + ["s-probe"]  # probe()'s rid
     # A client abort must not abort another request: SGLang matches rids by prefix.
     assert not any(b.startswith(a) for a, b in zip(rids, rids[1:]))
     body = plans[0].body()
     assert body["stream"] and body["sampling_params"]["ignore_eos"]
     assert body["sampling_params"]["max_new_tokens"] == plans[0].max_new_tokens
+    asks = next(p for p in plans if p.logprobs and p.stop).body()
+    assert asks["return_logprob"] is True and asks["sampling_params"]["stop"] == ["ab"]
+    plain = next(p for p in plans if not p.logprobs and not p.stop).body()
+    assert "return_logprob" not in plain and "stop" not in plain["sampling_params"]
+
+
+def test_common_substring_is_found_in_most_texts() -> None:
+    assert soak_load.common_substring(["xaby", "zabq", "qqqq", "abab"], 2) == "ab"
+    assert soak_load.common_substring(["xyz", "zyx", "abc"], 2) is None  # in fewer than half
+    assert soak_load.common_substring(["  a", "  b", "  c"], 2) is None  # whitespace is no stop string
+    assert soak_load.common_substring(["bbaa", "aabb"], 2) == "aa"  # the first among equals
 
 
 @pytest.mark.parametrize("incremental", [False, True])
@@ -185,6 +249,42 @@ def test_a_full_stream_completes(fake: FakeSGLang, incremental: bool) -> None:
     assert (result.tokens, result.completion_tokens, result.done) == (12, 12, True)
     assert result.finish_reason == {"type": "length", "length": 12}
     assert 0 < result.ttft_s <= result.latency_s
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_logprobs_and_stop_strings_are_checked(fake: FakeSGLang, incremental: bool) -> None:
+    fake.incremental = incremental
+    asked = send(fake, plan(12, logprobs=True), incremental=incremental)
+    assert asked.outcome == "completed" and asked.exercised() == ["logprobs"]
+    stopped = send(fake, plan(12, stop=("ef", "zz")), incremental=incremental)
+    assert stopped.finish_reason == {"type": "stop", "matched": "ef"}
+    assert (stopped.outcome, stopped.tokens, stopped.exercised()) == \
+        ("completed", 6, ["stopped by a string"])
+    unmatched = send(fake, plan(4, stop=("zz",)), incremental=incremental)
+    assert unmatched.outcome == "completed" and unmatched.exercised() == []
+    fake.behaviour = lambda body: "no_logprob"
+    short = send(fake, plan(12, logprobs=True), incremental=incremental)
+    assert (short.outcome, short.broken) == ("malformed", "11 logprobs for 12 tokens")
+    fake.behaviour = lambda body: "no_trim"
+    leaked = send(fake, plan(12, stop=("ef",)), incremental=incremental)
+    assert (leaked.outcome, leaked.broken) == ("malformed", "stop string 'ef' in the output")
+
+
+def test_a_stop_request_that_ran_past_its_length_is_truncated() -> None:
+    assert result(tokens=13, completion_tokens=13, stop=("ef",), done=True,
+                  finish_reason={"type": "stop", "matched": "ef"}).outcome == "truncated"
+    assert result(tokens=5, completion_tokens=5, stop=("ef",), done=True,  # not its string
+                  finish_reason={"type": "stop", "matched": "gh"}).outcome == "truncated"
+
+
+def test_a_request_dropped_before_its_first_token(fake: FakeSGLang) -> None:
+    dropped = send(fake, plan(200, abort_at=0, rid="early"))
+    assert (dropped.outcome, dropped.tokens, dropped.ttft_s) == ("aborted", 0, None)
+    assert dropped.exercised() == ["dropped before a token"]
+    deadline = time.monotonic() + 5
+    while "early" not in fake.disconnected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "early" in fake.disconnected
 
 
 @pytest.mark.parametrize("behaviour, outcome, error", [
@@ -305,14 +405,20 @@ def samples(gpu: list[Optional[float]], host: list[Optional[float]],
             for i, (g, h, s) in enumerate(zip(gpu, host, switches))]
 
 
-COUNTS = {"completed": 90, "aborted": 10, "lost": 0, "truncated": 0, "hung": 0}
+COUNTS = {"completed": 90, "aborted": 10, "lost": 0, "truncated": 0, "malformed": 0, "hung": 0}
 ALIVE = (True, "a 16-token request after the soak took 0.10 s")
+EXERCISED = dict.fromkeys(soak_load.EXERCISED, 3)
+ALL_PLANNED = dict.fromkeys(soak_load.EXERCISED, True)
+QUEUED = {"max_queue": 12, "retracted": 4}
 
 
 def judge(counts: dict, rows: list[dict], alive: tuple[bool, str] = ALIVE,
-          pool_failures: Optional[Sequence[str]] = ()) -> dict:
+          pool_failures: Optional[Sequence[str]] = (), exercised: dict = EXERCISED,
+          planned: dict = ALL_PLANNED, log_stats: Optional[dict] = QUEUED) -> dict:
     return soak.verdict(counts, rows, alive=alive, pool_failures=pool_failures, warmup=20, settle=20,
-                        max_gpu_growth=0.02, max_host_growth=0.02, min_switches=2, aborts_planned=True)
+                        max_gpu_growth=0.02, max_host_growth=0.02, min_switches=2, aborts_planned=True,
+                        exercised=exercised, exercise_planned=planned, log_stats=log_stats,
+                        bursts_planned=True)
 
 
 def test_verdict_passes_with_flat_memory() -> None:
@@ -327,7 +433,8 @@ def test_verdict_passes_with_flat_memory() -> None:
     assert v["memory"]["gpu_mib"] == {"scope": "whole GPUs", "samples": 4, "first": 1000, "last": 1005, "max": 1010,
                                       "growth": pytest.approx(0.005),
                                       "max_growth": pytest.approx(0.01)}
-    assert [c["status"] for c in v["criteria"]] == ["pass"] * 9 + ["skip"] + ["pass"] * 2
+    assert [c["status"] for c in v["criteria"]] == ["pass"] * 15 + ["skip"] + ["pass"] * 2
+    assert v["exercised"] == EXERCISED and v["server_log"] == QUEUED
     # On FlashInfer the gate serves host lengths: every one must have been the GPU's.
     rows[-1]["gate"]["host_seq_lens"] = {"resolved_on_host": 900, "copied_back": 80, "disagreed": 0,
                                          "stood_down": False}
@@ -341,18 +448,52 @@ def test_verdict_passes_with_flat_memory() -> None:
 
 def test_verdict_fails_on_each_criterion() -> None:
     rows = samples([1000, 1000, 1000, 1030, 1060, 1100], [300] * 6, [0, 0, 1, 1, 1, 1])
-    bad = {"completed": 0, "aborted": 3, "lost": 2, "truncated": 1, "hung": 1}
+    bad = {"completed": 0, "aborted": 3, "lost": 2, "truncated": 1, "malformed": 1, "hung": 1}
     v = judge(bad, rows, alive=(False, "the server exited with status -9"))
     assert not v["passed"]
     rows[3]["server_info_error"] = "TimeoutError: timed out"
-    v = judge({**bad, "aborted": 0}, rows, alive=(False, "the server exited with status -9"))
+    v = judge({**bad, "aborted": 0}, rows, alive=(False, "the server exited with status -9"),
+              exercised={**EXERCISED, "logprobs": 0}, log_stats={"max_queue": 9, "retracted": 0})
     status = {c["name"]: c["status"] for c in v["criteria"]}
     assert status == {"server alive": "fail", "scheduler responsive": "fail", "pools intact when idle": "pass",
-                      "no lost requests": "fail", "no truncated requests": "fail", "no hung requests": "fail",
-                      "requests completed": "fail", "client aborts exercised": "fail", "gate switched": "fail",
+                      "no lost requests": "fail", "no truncated requests": "fail", "no malformed requests": "fail",
+                      "no hung requests": "fail", "requests completed": "fail", "client aborts exercised": "fail",
+                      "exercised: logprobs": "fail", "exercised: stopped by a string": "pass",
+                      "exercised: long prompts above N": "pass", "exercised: dropped before a token": "pass",
+                      "bursts queued and retracted": "fail", "gate switched": "fail",
                       "host lengths agreed": "skip", "GPU memory": "fail", "host memory": "pass"}
     detail = {c["name"]: c["detail"] for c in v["criteria"]}
     assert detail["GPU memory"] == "1000 -> 1100 MiB (whole GPUs), largest growth +10.00% (limit 2%)"
+    assert detail["bursts queued and retracted"] == "longest queue 9, 0 requests retracted"
+    assert detail["exercised: logprobs"] == "0 requests"
+
+
+def test_what_the_load_does_not_plan_is_skipped_not_failed() -> None:
+    rows = samples([1000] * 6, [300] * 6, [0, 1, 3, 5, 6, 8])
+    none = dict.fromkeys(soak_load.EXERCISED, 0)
+    v = judge(COUNTS, rows, exercised=none, planned=dict.fromkeys(soak_load.EXERCISED, False),
+              log_stats=None)
+    assert v["passed"], v["criteria"]
+    rows_by_name = {c["name"]: (c["status"], c["detail"]) for c in v["criteria"]}
+    assert rows_by_name["exercised: logprobs"] == ("skip", "none planned")
+    assert rows_by_name["bursts queued and retracted"] == \
+        ("skip", "attached server (--url): its log is not read")
+
+
+def test_queue_and_retractions_are_read_from_the_server_log(tmp_path: Path) -> None:
+    # As SGLang 0.5.17's scheduler logs them (metrics_reporter.py; scheduler.py's retraction).
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-12-06 10:00:00] Prefill batch, #new-seq: 2, #new-token: 4096, #cached-token: 0, "
+        "token usage: 0.40, #running-req: 14, #queue-req: 7, #pending-token: 0, \n"
+        "[2026-12-06 10:00:01] Decode batch, #running-req: 16, #token: 9000, token usage: 0.90, "
+        "cuda graph: True, gen throughput (token/s): 900.00, #queue-req: 18\n"
+        "[2026-12-06 10:00:02] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+        "#new_tokens_gained: 1800, #new_token_ratio: 0.3000 -> 0.6000\n"
+        "[2026-12-06 10:00:03] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+        "#new_tokens_gained: 700, #new_token_ratio: 0.5000 -> 0.6000\n"
+        "[2026-12-06 10:00:04] Testing retraction. #retracted_reqs: 5, #new_tokens_gained: 10\n")
+    assert soak.queue_and_retractions(log) == {"max_queue": 18, "retracted": 3}
 
 
 def test_verdict_judges_the_servers_own_gpu_memory_where_known() -> None:
@@ -447,7 +588,9 @@ def test_memory_that_grows_then_falls_back_fails() -> None:
 def soak_args(run_dir: Path, url: str, *extra: str) -> list[str]:
     return ["--url", url, "--run-dir", str(run_dir), "--duration", "1.5", "--period", "0.5",
             "--warmup", "0.5", "--sample-interval", "0.25", "--prompt-lens", "4,16",
-            "--output-lens", "8,24", "--abort-fraction", "0.3",
+            "--output-lens", "8,24", "--abort-fraction", "0.3", "--prefill-abort-fraction", "0.1",
+            "--logprob-fraction", "0.3", "--stop-fraction", "0.3", "--long-prompt-len", "64",
+            "--long-prompt-fraction", "0.3", "--burst-every", "1", "--burst-seconds", "0.25",
             "--max-host-growth", "1.0",  # the fake's "server" process is pytest itself
             *extra]
 
@@ -464,7 +607,12 @@ def test_soak_against_a_healthy_server_passes(fake: FakeSGLang, tmp_path: Path, 
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["passed"] and summary["threshold"] == 4  # read from the server's spec_gate
-    assert summary["wave"] == {"low": 2, "high": 8, "period": 0.5, "shape": "triangle"}
+    # A burst doubles the server's 8 running requests by default.
+    assert summary["wave"] == {"low": 2, "high": 8, "period": 0.5, "shape": "triangle", "burst": 8,
+                               "burst_every": 1.0, "burst_s": 0.25}
+    assert summary["attention_backend"] == "fake" and summary["commit"]
+    assert summary["stop_strings"] == ["ab"]  # the fake's outputs all begin "abcd..."
+    assert all(n > 0 for n in summary["exercised"].values()), summary["exercised"]
     assert summary["gate"]["delta"]["switches"] > 0
     requests = read_jsonl(run / "requests.jsonl")
     assert len(requests) == summary["requests"]["total"] > 10
@@ -486,7 +634,7 @@ def test_a_failed_pool_check_in_the_server_log_fails_the_soak(fake: FakeSGLang, 
     monkeypatch.setattr(soak, "IDLE_CHECK_WAIT_S", 0)
     log = tmp_path / "server.log"
     log.write_text(LEAK)
-    run = soak.sweep.Run(soak.parse_args(soak_args(tmp_path / "run", fake.url)))
+    run = soak.sweep.Run(soak.parse_args(soak_args(tmp_path / "run", fake.url, "--burst", "0")))
     run.dir.mkdir()
     assert soak.soak(run, fake.url, os.getpid(), proc=None, server_log=log) == 1
     summary = json.loads((run.dir / "summary.json").read_text())
@@ -555,14 +703,15 @@ def test_every_launched_request_is_counted_even_if_it_hangs_past_the_end(fake: F
     fake.behaviour = lambda body: "stall"  # longer than the soak
     load, results, drawn = Load(), [], []
 
-    def plans():
-        for p in MIX.plans(0, "d"):
-            drawn.append(p)
-            yield p
+    class Recorded(soak_load.Planner):
+        def next(self, target: int) -> RequestPlan:
+            drawn.append(super().next(target))
+            return drawn[-1]
 
     async def go():
         async with soak_load.client_session() as session:
-            await soak_load.drive(session, fake.url, Wave(2, 4, 0.4), 0.3, plans(), soak_start=time.monotonic(),
+            await soak_load.drive(session, fake.url, Wave(2, 4, 0.4), 0.3, Recorded(MIX, random.Random(0), "d"),
+                                  soak_start=time.monotonic(),
                                   timeout=0.8, incremental=False, max_failures=100, load=load,
                                   on_result=results.append)
 

@@ -18,11 +18,13 @@
 # Started on 4f228eb on 12-05: the kernels built on 12-04 on a CPU host passed their probe, their
 # first run on a GPU (results/2026-12-04-flashinfer-kernels-built-on-cpu), and the host was lost
 # 2.5 minutes into the soak, when a turn cut short missed the 30 s for the next `wait`.
-# Next: the whole plan on FlashInfer, 20 minutes, first in a session with its 30 device minutes.
-# It is also the first soak of the switch's bounded trace (state_switch.py, 448780e), whose
-# muted line and the Prometheus values test (dcf3e62) first passed on Triton's short form
-# (results/2026-12-05-triton-ab-c16-128), and the first of the soak's "pools intact when idle":
-#   bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 290
+# Next: the whole plan on FlashInfer, 20 minutes, first in a session with its 30 device minutes,
+# then on Triton in the next. Since issue 59 the soak's load also asks for logprobs, carries stop
+# strings, sends 6144-token prompts while the gate is off (3 chunks of 2048), drops requests
+# before their first token and bursts past --max-running-requests into a 12288-token KV pool, so
+# that requests queue and are retracted. SPECGATE_COMMIT names the commit in summary.json (the
+# host's copy has no git history):
+#   SPECGATE_COMMIT=$(git rev-parse --short HEAD) bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 290
 backend=${ROBUSTNESS_BACKEND:-flashinfer}
 if [ "$backend" = flashinfer ] && ! flashinfer_has_kernels 1b; then
   return 1
@@ -31,7 +33,7 @@ phase pair python3 benchmark/model_pair.py /tmp/p1 --shape 1b --accept-length 2.
 phase soak python3 benchmark/soak.py --run-dir "$RESULTS/soak" --duration "${SOAK_SECONDS:-1200}" \
   --model-path /tmp/p1/target --draft-model-path /tmp/p1/draft --threshold 8 --port 30005 \
   -- --attention-backend "$backend" --sampling-backend pytorch --grammar-backend none \
-  --mem-fraction-static 0.2 &
+  --mem-fraction-static 0.2 --chunked-prefill-size 2048 --max-total-tokens 12288 &
 soak=$!
 SPECGATE_GPU_BURSTS=10 SPECGATE_GPU_MEM_FRACTION=0.3 \
   phase tests gpu_tests "$backend" 1b "not tensor_parallel" full
