@@ -218,6 +218,15 @@ def test_workflows_run_the_documented_commands():
         assert (ROOT / script).is_file(), f"gpu.yml runs {script}, which does not exist"
 
 
+def test_ci_builds_its_venv_afresh_and_runs_the_readme_test_command():
+    script = (ROOT / ".ci" / "run").read_text()
+    # Without --clear, packages an earlier run left in .venv could turn a broken install green.
+    assert re.search(r"^python3 -m venv --clear \.venv$", script, re.M)
+    readme = re.search(r"^python -m pytest test -q.*$", (ROOT / "README.md").read_text(), re.M)
+    ci = re.search(r"^python -m pytest .*$", script, re.M)
+    assert readme and ci and ci.group().startswith(readme.group()), (readme, ci)
+
+
 def test_the_gpu_workflow_fails_where_torch_sees_no_gpu():
     # Every GPU test skips without CUDA, and pytest passes a run of skips; the workflow
     # asks test/gpu/conftest.py to make that an error.
