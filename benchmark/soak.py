@@ -386,6 +386,20 @@ def make_wave(args: argparse.Namespace, threshold: int, max_running: int = 0) ->
                 args.burst_every if burst else 0.0, args.burst_seconds if burst else 0.0)
 
 
+def warmup_s(args: argparse.Namespace, wave: Wave) -> float:
+    """Until memory is judged: SGLang's allocator and Python's heap grow to the load's peak once,
+    and only a load that has sent every kind of request, a burst included, has reached it; a
+    leak keeps growing after that."""
+    if args.warmup is not None:
+        return args.warmup
+    warmup = max(2 * wave.period, wave.burst_every)
+    if warmup >= args.duration:
+        raise SystemExit(f"the default warm-up ({warmup:g} s: two periods and the first burst) "
+                         f"leaves nothing of --duration {args.duration:g} to judge: lengthen it "
+                         "or pass --warmup")
+    return warmup
+
+
 def make_mix(args: argparse.Namespace, threshold: int, stop_strings: tuple[str, ...]) -> Mix:
     return Mix(tuple(args.prompt_lens), tuple(args.output_lens), args.abort_fraction,
                args.sampled_fraction, args.vocab_size,
@@ -458,6 +472,7 @@ def soak(run: sweep.Run, url: str, pid: Optional[int], proc: Optional[subprocess
         raise SystemExit("the server reports no spec gate: pass --threshold for the wave")
     wave = make_wave(args, threshold, state.get("effective_max_running_requests_per_dp")
                      or info.get("max_running_requests") or 0)
+    warmup = warmup_s(args, wave)  # before the load: a bad one must not cost a soak
     stop_strings = tuple(args.stop_strings) if args.stop_strings is not None else \
         calibrate_stop_strings(url, args.vocab_size, args.seed) if args.stop_fraction else ()
     mix = make_mix(args, threshold, stop_strings)
@@ -478,7 +493,7 @@ def soak(run: sweep.Run, url: str, pid: Optional[int], proc: Optional[subprocess
         "stop_strings": stop_strings,
         **verdict(load.counts, samples, alive=server_alive(proc, last),
                   pool_failures=None if server_log is None else pool_check_failures(server_log),
-                  warmup=args.warmup, settle=wave.period, max_gpu_growth=args.max_gpu_growth,
+                  warmup=warmup, settle=wave.period, max_gpu_growth=args.max_gpu_growth,
                   max_host_growth=args.max_host_growth, min_switches=args.min_switches,
                   aborts_planned=args.abort_fraction + args.prefill_abort_fraction > 0,
                   exercised=load.exercised, exercise_planned=exercise_planned(mix),
@@ -543,8 +558,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     wave.add_argument("--seed", type=int, default=0)
     judge = p.add_argument_group("verdict")
     judge.add_argument("--sample-interval", type=float, default=10, help="seconds")
-    judge.add_argument("--warmup", type=float, default=120,
-                       help="seconds before memory is judged; cover a full --period")
+    judge.add_argument("--warmup", type=float,
+                       help="seconds before memory is judged (default: two --period, and the "
+                            "first burst where bursts are planned)")
     judge.add_argument("--max-gpu-growth", type=float, default=0.02)
     judge.add_argument("--max-host-growth", type=float, default=0.02)
     judge.add_argument("--min-switches", type=int, default=2)
@@ -561,7 +577,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("give --url, or --model-path, --draft-model-path and --threshold")
     if args.threshold is not None and args.threshold < 1:
         p.error("--threshold: N >= 1")
-    if not 0 <= args.warmup < args.duration:
+    if args.warmup is not None and not 0 <= args.warmup < args.duration:
         p.error("--warmup must be shorter than --duration")
     for name in ("abort_fraction", "prefill_abort_fraction", "logprob_fraction", "stop_fraction",
                  "long_prompt_fraction", "sampled_fraction"):

@@ -248,11 +248,13 @@ class Output:
         self.plan, self.incremental = plan, incremental
         self.ids: list[int] = []
         self.text = ""
+        self.text_before_last = ""  # the text before the latest chunk
         self.logprobs: list = []
 
     def add(self, chunk: dict) -> None:
         ids, meta = chunk.get("output_ids") or [], chunk.get("meta_info") or {}
         logprobs = meta.get("output_token_logprobs") or []
+        self.text_before_last = self.text
         if self.incremental:
             self.ids += ids
             self.text += chunk.get("text", "")
@@ -260,15 +262,20 @@ class Output:
         else:
             self.ids, self.text, self.logprobs = ids, chunk.get("text", ""), logprobs
 
-    def broken(self) -> Optional[str]:
+    def broken(self, finish_reason: Optional[dict]) -> Optional[str]:
         """How a finished stream broke its contract: a logprob per output token, each naming
-        that token (entries are [logprob, token id, text]); no stop string in the text."""
+        that token (entries are [logprob, token id, text]); no stop string in the text, but in
+        the last chunk of a request that ended by length: SGLang checks the length limit before
+        stop strings (schedule_batch.py, Req.update_finish_state), so a last step that
+        completes a stop string ends the request by length with the string kept."""
         if self.plan.logprobs:
             if len(self.logprobs) != len(self.ids):
                 return f"{len(self.logprobs)} logprobs for {len(self.ids)} tokens"
             if [entry[1] for entry in self.logprobs] != self.ids:
                 return "the logprobs name other tokens than the output's"
-        found = [stop for stop in self.plan.stop if stop in self.text]
+        by_length = (finish_reason or {}).get("type") == "length"
+        checked = self.text_before_last if by_length else self.text
+        found = [stop for stop in self.plan.stop if stop in checked]
         return f"stop string {found[0]!r} in the output" if found else None
 
 
@@ -302,7 +309,7 @@ async def stream(session: aiohttp.ClientSession, url: str, plan: RequestPlan,
             data = line[len(b"data:"):].strip()
             if data == b"[DONE]":
                 result.done = True
-                result.broken = output.broken()
+                result.broken = output.broken(result.finish_reason)
                 return
             chunk = orjson.loads(data)
             if "error" in chunk:

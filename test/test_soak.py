@@ -41,6 +41,7 @@ class FakeSGLang(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         # Per request body -> ok | short | error | http500 | drop | stall | no_logprob | no_trim
+        # | length_first | ignore_stop
         self.behaviour: Callable[[dict], str] = lambda body: "ok"
         self.incremental = False
         self.gate: Optional[dict] = {"active": True, "threshold": 4, "reenable_threshold": 4,
@@ -123,6 +124,9 @@ class Handler(BaseHTTPRequestHandler):
             ids.append(TOKEN_IDS[i % len(TOKEN_IDS)])
             text = text_of(len(ids))
             stop = next((s for s in sampling.get("stop", []) if s in text), None)
+            # SGLang's order: the length limit before stop strings; or a server that ignores them.
+            if behaviour == "ignore_stop" or (behaviour == "length_first" and i == last - 1):
+                stop = None
             if stop is not None and behaviour != "no_trim":
                 text = text[:text.index(stop)]
             finish = {"type": "stop", "matched": stop} if stop is not None else \
@@ -262,6 +266,12 @@ def test_logprobs_and_stop_strings_are_checked(fake: FakeSGLang, incremental: bo
         ("completed", 6, ["stopped by a string"])
     unmatched = send(fake, plan(4, stop=("zz",)), incremental=incremental)
     assert unmatched.outcome == "completed" and unmatched.exercised() == []
+    fake.behaviour = lambda body: "length_first"  # "kl" completes on the 12th, the last, token
+    kept = send(fake, plan(12, stop=("kl",)), incremental=incremental)
+    assert (kept.outcome, kept.finish_reason["type"], kept.broken) == ("completed", "length", None)
+    fake.behaviour = lambda body: "ignore_stop"
+    ignored = send(fake, plan(12, stop=("ef",)), incremental=incremental)
+    assert (ignored.outcome, ignored.broken) == ("malformed", "stop string 'ef' in the output")
     fake.behaviour = lambda body: "no_logprob"
     short = send(fake, plan(12, logprobs=True), incremental=incremental)
     assert (short.outcome, short.broken) == ("malformed", "11 logprobs for 12 tokens")
@@ -648,6 +658,18 @@ def test_soak_fails_on_truncated_requests(fake: FakeSGLang, tmp_path: Path) -> N
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["requests"]["truncated"] > 0 and not summary["passed"]
     assert "| no truncated requests | fail |" in (tmp_path / "run" / "summary.md").read_text()
+
+
+def test_the_default_warm_up_covers_two_periods_and_the_first_burst() -> None:
+    args = soak.parse_args(["--url", "http://x", "--duration", "1200", "--period", "60"])
+    assert args.warmup is None
+    assert soak.warmup_s(args, Wave(4, 16, 60, burst=16, burst_every=240, burst_s=20)) == 240
+    assert soak.warmup_s(args, Wave(4, 16, 60)) == 120
+    short = soak.parse_args(["--url", "http://x", "--duration", "200", "--period", "60"])
+    with pytest.raises(SystemExit, match="lengthen it or pass --warmup"):
+        soak.warmup_s(short, Wave(4, 16, 60, burst=16, burst_every=240, burst_s=20))
+    explicit = soak.parse_args(["--url", "http://x", "--duration", "200", "--warmup", "30"])
+    assert soak.warmup_s(explicit, Wave(4, 16, 60, burst=16, burst_every=240, burst_s=20)) == 30
 
 
 def test_dry_run_prints_the_gated_server(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -22,8 +22,12 @@
 # then on Triton in the next. Since issue 59 the soak's load also asks for logprobs, carries stop
 # strings, sends 6144-token prompts while the gate is off (3 chunks of 2048), drops requests
 # before their first token and bursts past --max-running-requests into a 12288-token KV pool, so
-# that requests queue and are retracted. SPECGATE_COMMIT names the commit in summary.json (the
-# host's copy has no git history):
+# that requests queue and are retracted. Run so on ea1ad5c on 12-06 (H100): the suite passed on
+# FlashInfer (results/2026-12-06-gpu-tests-204-requests-flashinfer); the soak failed on a
+# stop-string contract SGLang does not keep (length before stop strings) and on a one-time GPU
+# memory step after the 120 s warm-up (results/2026-12-06-soak-1b-n8-flashinfer-harder), both
+# fixed in the soak since. Next: this plan on Triton, then on FlashInfer, one per session.
+# SPECGATE_COMMIT names the commit in summary.json (the host's copy has no git history):
 #   SPECGATE_COMMIT=$(git rev-parse --short HEAD) bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 290
 backend=${ROBUSTNESS_BACKEND:-flashinfer}
 if [ "$backend" = flashinfer ] && ! flashinfer_has_kernels 1b; then
