@@ -1,4 +1,5 @@
-"""The auto gate, on CPU: the cost table. No clocks: every cost is a hand-built number."""
+"""The auto gate, on CPU: the cost table and the acceptance estimate. No clocks: every cost
+is a hand-built number."""
 
 import json
 import math
@@ -6,6 +7,7 @@ import random
 
 import pytest
 
+from sglang_specgate.acceptance import AcceptanceConfig, AcceptanceEstimate
 from sglang_specgate.step_costs import StepCostTable
 
 # A step's cost at batch sizes 1, 8, 32 and 128 for k = 0, 1 and 3 draft steps: drafting costs
@@ -84,3 +86,83 @@ def test_the_broadcast_form_reads_back_bit_for_bit():
 def test_malformed_broadcast_form_rejected(text):
     with pytest.raises(ValueError):
         StepCostTable.from_json(text)
+
+
+# --- the acceptance estimate ------------------------------------------------------------------
+
+def test_positions_never_observed_hold_the_prior():
+    est = AcceptanceEstimate(3, AcceptanceConfig(prior=0.6))
+    assert est.acceptance() == (0.6, 0.6, 0.6)
+    assert est.expected_tokens(0) == 1.0
+    assert est.expected_tokens(3) == pytest.approx(1 + 0.6 + 0.6 ** 2 + 0.6 ** 3)
+
+
+def test_one_verify_gives_every_reached_position_a_trial():
+    est = AcceptanceEstimate(3, AcceptanceConfig(prior=0.5, prior_weight=2.0))
+    est.record(3, [0, 1, 3, 2])
+    # Reached: position 1 by all 4, 2 by those that passed 1 (3), 3 by those that passed 2 (2);
+    # passed: 3, 2 and 1 of them.
+    assert est.snapshot()["observations"] == [4.0, 3.0, 2.0]
+    assert est.acceptance() == ((3 + 1) / (4 + 2), (2 + 1) / (3 + 2), (1 + 1) / (2 + 2))
+    p1, p2, p3 = est.acceptance()
+    assert est.expected_tokens(1) == pytest.approx(1 + p1)
+    assert est.expected_tokens(3) == pytest.approx(1 + p1 + p1 * p2 + p1 * p2 * p3)
+
+
+def test_each_new_observation_decays_older_evidence_by_one_window_share():
+    est = AcceptanceEstimate(1, AcceptanceConfig(prior=0.5, prior_weight=1.0, window=2.0))
+    est.record(1, [1, 1])
+    est.record(1, [0, 0, 0, 0])  # four observations: the older two count (1/2)^4
+    assert est.snapshot()["observations"] == [2 / 16 + 4]
+    assert est.acceptance() == ((2 / 16 + 0.5) / (2 / 16 + 4 + 1),)
+
+
+def test_the_estimate_follows_a_change_and_its_memory_is_the_window():
+    est = AcceptanceEstimate(1, AcceptanceConfig(prior=0.5, prior_weight=1.0, window=50.0))
+    for _ in range(2000):
+        est.record(1, [1])
+    assert est.acceptance()[0] > 0.99
+    assert est.snapshot()["observations"][0] == pytest.approx(50.0)
+    for _ in range(300):
+        est.record(1, [0])
+    # What is left: the prior's weight of 1 against about 50 observations of rejection.
+    assert est.acceptance()[0] < 0.02
+
+
+def test_positions_not_drafted_keep_what_they_learnt():
+    est = AcceptanceEstimate(3)
+    est.record(3, [3, 3, 1])
+    deeper = est.acceptance()[1:]
+    for _ in range(100):
+        est.record(1, [0, 0, 0])
+    assert est.acceptance()[1:] == deeper
+    assert est.acceptance()[0] < 0.05
+
+
+def test_a_plain_step_or_an_empty_batch_teaches_nothing():
+    est = AcceptanceEstimate(3)
+    est.record(3, [2])
+    before = est.snapshot()
+    est.record(0, [0, 0])
+    est.record(3, [])
+    assert est.snapshot() == before
+
+
+@pytest.mark.parametrize("steps, accepted", [(4, [0]), (-1, []), (2, [3]), (2, [-1]), (2, [1.0])])
+def test_impossible_verify_results_rejected(steps, accepted):
+    with pytest.raises((ValueError, TypeError)):
+        AcceptanceEstimate(3).record(steps, accepted)
+
+
+@pytest.mark.parametrize("config", [
+    dict(prior=-0.1), dict(prior=1.1), dict(prior=math.nan), dict(prior_weight=0.0),
+    dict(prior_weight=math.inf), dict(window=0.5), dict(window=math.nan),
+])
+def test_invalid_acceptance_config_rejected(config):
+    with pytest.raises(ValueError):
+        AcceptanceConfig(**config)
+
+
+def test_max_steps_must_be_positive():
+    with pytest.raises(ValueError):
+        AcceptanceEstimate(0)
