@@ -1,5 +1,5 @@
-"""The auto gate, on CPU: the cost table and the acceptance estimate. No clocks: every cost
-is a hand-built number."""
+"""The auto gate, on CPU: the cost table, the acceptance estimate and the policy over them
+(tables and verify results in, decisions out). No clocks: every cost is a hand-built number."""
 
 import json
 import math
@@ -8,23 +8,52 @@ import random
 import pytest
 
 from sglang_specgate.acceptance import AcceptanceConfig, AcceptanceEstimate
+from sglang_specgate.auto_policy import AutoGateConfig, AutoGatePolicy
 from sglang_specgate.step_costs import StepCostTable
 
 # A step's cost at batch sizes 1, 8, 32 and 128 for k = 0, 1 and 3 draft steps: drafting costs
 # a little at small batches, verifying k + 1 tokens a request costs a lot at large ones.
 SIZES = (1, 8, 32, 128)
-COSTS = {0: (10, 10.5, 12, 20), 1: (11, 11.8, 14, 34), 3: (13, 14.5, 20, 55)}
+COSTS = {0: (10, 10.5, 12, 20), 1: (11, 11.8, 14, 34), 3: (13, 14.5, 21, 55)}
 
 
 def table(costs=COSTS, sizes=SIZES) -> StepCostTable:
     return StepCostTable(sizes, costs)
 
 
+def gate(prior=0.5, weight=4.0, window=256.0, costs=COSTS, **config) -> AutoGatePolicy:
+    config.setdefault("candidates", (0, 1, 3))
+    acceptance = AcceptanceConfig(prior=prior, prior_weight=weight, window=window)
+    return AutoGatePolicy(AutoGateConfig(acceptance=acceptance, **config), table(costs))
+
+
+def chain(rng: random.Random, p: float, steps: int, requests: int) -> list[int]:
+    """Accepted drafts per request when each draft token is accepted with chance p."""
+    accepted = []
+    for _ in range(requests):
+        a = 0
+        while a < steps and rng.random() < p:
+            a += 1
+        accepted.append(a)
+    return accepted
+
+
+def drive(policy: AutoGatePolicy, sizes, p, rng) -> list[int]:
+    """Step through ``sizes``, feeding each drafting step's verify back at acceptance p(i)."""
+    decisions = []
+    for i, b in enumerate(sizes):
+        k = policy.step(b)
+        decisions.append(k)
+        if k:
+            policy.record_verify(k, chain(rng, p(i) if callable(p) else p, k, b))
+    return decisions
+
+
 # --- the cost table ---------------------------------------------------------------------------
 
 def test_cost_at_a_measured_size_is_the_measurement():
     t = table()
-    assert [t.cost(3, b) for b in SIZES] == [13.0, 14.5, 20.0, 55.0]
+    assert [t.cost(3, b) for b in SIZES] == [13.0, 14.5, 21.0, 55.0]
     assert t.steps == (0, 1, 3)
 
 
@@ -166,3 +195,248 @@ def test_invalid_acceptance_config_rejected(config):
 def test_max_steps_must_be_positive():
     with pytest.raises(ValueError):
         AcceptanceEstimate(0)
+
+
+# --- the policy: decisions --------------------------------------------------------------------
+
+def best(policy: AutoGatePolicy, sizes=(1, 8, 20, 32, 100, 128, 1000)) -> dict[int, int]:
+    return {b: policy.best_steps(b) for b in sizes}
+
+
+def test_low_acceptance_plain_wins_at_large_batches():
+    # E(1) = 1.3, E(3) = 1.417: one draft step still pays for small batches.
+    assert best(gate(prior=0.3)) == {1: 1, 8: 1, 20: 1, 32: 1, 100: 0, 128: 0, 1000: 0}
+
+
+def test_near_the_crossover_an_intermediate_k_wins():
+    # E(1) = 1.6, E(3) = 2.176: three steps pay up to b = 8, one at 32, none from 128.
+    assert best(gate(prior=0.6)) == {1: 3, 8: 3, 20: 1, 32: 1, 100: 0, 128: 0, 1000: 0}
+
+
+def test_high_acceptance_always_speculates_at_batch_one():
+    p = gate(prior=0.5)
+    decisions = drive(p, [1] * 2000, 0.9, random.Random(3))
+    assert decisions == [3] * 2000
+    assert p.counters.switches == 0 and p.counters.probes == 0
+    assert p.acceptance.acceptance()[0] == pytest.approx(0.9, abs=0.05)
+    assert best(gate(prior=0.9)) == dict.fromkeys((1, 8, 20, 32, 100, 128, 1000), 3)
+
+
+def test_live_acceptance_moves_the_choice_at_a_fixed_batch():
+    p = gate(prior=0.9)
+    drive(p, [32] * 300, 0.6, random.Random(4))
+    assert p.draft_steps == 1
+    drive(p, [32] * 300, 0.05, random.Random(5))
+    assert p.draft_steps == 0
+
+
+def test_sizes_between_and_beyond_the_table_decide_like_the_size_they_pad_to():
+    p = gate(prior=0.6)
+    assert [p.best_steps(b) for b in (2, 9, 33, 129, 4096)] == [3, 1, 0, 0, 0]
+
+
+def test_an_empty_batch_keeps_the_current_k_and_moves_nothing():
+    p = gate(prior=0.3, dwell_steps=1)
+    assert [p.step(b) for b in (128, 0, 0, 128)] == [3, 3, 3, 0]
+
+
+# --- the policy: hysteresis -------------------------------------------------------------------
+
+def test_a_switch_comes_on_the_step_after_the_dwell():
+    p = gate(prior=0.3, dwell_steps=4)
+    assert [p.step(128) for _ in range(6)] == [3, 3, 3, 3, 0, 0]
+    assert p.counters.switches == 1
+
+
+def test_a_step_the_current_k_wins_restarts_the_dwell():
+    p = gate(prior=0.6, dwell_steps=2)
+    assert [p.step(b) for b in (128, 128, 8, 128, 128, 128)] == [3, 3, 3, 3, 3, 0]
+
+
+def test_load_oscillating_around_a_crossover_does_not_flap():
+    sizes = [128, 8] * 50
+    flapping, damped = gate(prior=0.6, dwell_steps=0), gate(prior=0.6, dwell_steps=4)
+    [flapping.step(b) for b in sizes]
+    [damped.step(b) for b in sizes]
+    assert flapping.counters.switches == 100
+    assert damped.counters.switches == 0
+
+
+def test_switches_are_at_least_dwell_plus_one_steps_apart():
+    rng = random.Random(11)
+    p = gate(prior=0.6, dwell_steps=5)
+    switched_at, k = [], p.draft_steps
+    for i in range(20_000):
+        p.step(rng.choice((8, 20, 32, 100, 128)))
+        if p.draft_steps != k:
+            switched_at.append(i)
+            k = p.draft_steps
+    assert len(switched_at) > 100
+    assert min(b - a for a, b in zip(switched_at, switched_at[1:])) >= 6
+
+
+def test_a_goodput_difference_within_the_margin_never_switches():
+    # Plain is 20 % behind everywhere; k = 1 and k = 3 within 2 % of each other, either side.
+    k1 = (10, 12, 16, 30)
+    close = {0: tuple(c * 0.75 for c in k1), 1: k1,
+             3: tuple(c * 1.36 * r for c, r in zip(k1, (0.98, 1.02, 0.99, 1.01)))}
+    rng = random.Random(12)
+    sizes = [rng.randint(1, 200) for _ in range(5000)]
+    within, without = gate(prior=0.6, costs=close), gate(prior=0.6, costs=close, margin=0.0,
+                                                         dwell_steps=0)
+    assert within.best_steps(8) == 1 and within.best_steps(1) == 3
+    assert [within.step(b) for b in sizes] == [3] * 5000
+    assert within.counters.switches == 0
+    [without.step(b) for b in sizes]
+    assert without.counters.switches > 100
+
+
+# --- the policy: probes -----------------------------------------------------------------------
+
+def test_probes_while_plain_are_spaced_by_their_budget_and_counted_apart():
+    # At b = 32 plain costs 12 and a probe at k = 3 costs 9 more: a budget of 1/16 earns 0.75
+    # a step, so a probe every 12 steps (the minimum interval, 4, does not bind).
+    p = gate(prior=0.1, dwell_steps=0, probe_budget=1 / 16, probe_min_interval=4)
+    decisions = drive(p, [32] * 1200, 0.1, random.Random(13))
+    assert decisions[0] == 0  # the first step already leaves k = 3
+    assert [i for i, k in enumerate(decisions) if k] == list(range(12, 1200, 12))
+    c = p.counters
+    assert c.probes == 99 and c.decode_steps == {0: 1101, 1: 0, 3: 0}
+    assert c.probe_cost == 99 * 9
+    assert p.snapshot()["probe_cost_share"] == 99 * 9 / (1101 * 12 + 99 * 21) <= 1 / 16
+
+
+def test_the_minimum_interval_bounds_probes_a_generous_budget_would_allow():
+    p = gate(prior=0.1, dwell_steps=0, probe_budget=1.0, probe_min_interval=4)
+    decisions = drive(p, [32] * 400, 0.1, random.Random(14))
+    assert [i for i, k in enumerate(decisions) if k] == list(range(4, 400, 4))
+
+
+def test_probe_cost_stays_within_budget_under_changing_load():
+    rng = random.Random(15)
+    p = gate(prior=0.1, probe_budget=0.02)
+    drive(p, [rng.choice((1, 8, 32, 128, 500)) for _ in range(20_000)], 0.1, rng)
+    snap = p.snapshot()
+    assert snap["probes"] > 20
+    assert 0 < snap["probe_cost_share"] <= 0.02
+
+
+def test_a_workload_shift_while_plain_is_detected_within_a_bounded_number_of_steps():
+    # At b = 32 a budget of 1/64 earns 12 / 64 a plain step, so a probe comes every 48 steps; a
+    # probe of 32 requests keeps (31/32)^32, about 36 %, of a position's older evidence.
+    period, dwell = 48, 8
+    probing = gate(window=32.0, probe_budget=1 / 64, probe_min_interval=1, dwell_steps=dwell)
+    never = gate(window=32.0, probe_budget=0.0, dwell_steps=dwell)
+    rng = random.Random(16)
+    for p in (probing, never):
+        drive(p, [32] * 300, 0.1, rng)
+        assert p.draft_steps == 0
+    probes = probing.counters.probes
+    for step in range(1, 5000):
+        drive(probing, [32], 0.9, rng)
+        if probing.draft_steps:
+            break
+    assert step <= 2 * period + dwell + 1
+    assert probing.counters.probes - probes <= 2
+    drive(never, [32] * 5000, 0.9, rng)
+    assert never.draft_steps == 0 and never.counters.probes == 0
+
+
+def test_probes_from_an_intermediate_k_run_the_probe_k():
+    p = gate(prior=0.6, dwell_steps=0, probe_budget=1 / 8, probe_min_interval=1)
+    decisions = drive(p, [32] * 200, 0.6, random.Random(17))
+    assert p.draft_steps == 1 and set(decisions) == {1, 3}
+    assert p.counters.probe_cost == p.counters.probes * (21 - 14)
+    assert p.snapshot()["acceptance"]["observations"][2] > 0
+
+
+def test_no_probes_at_the_probe_k_itself():
+    p = gate(prior=0.9, probe_budget=1.0, probe_min_interval=1)
+    drive(p, [8] * 500, 0.9, random.Random(18))
+    assert p.counters.probes == 0
+
+
+# --- the policy: peek, determinism, snapshot, validation --------------------------------------
+
+def mixed_sizes(rng: random.Random, n: int) -> list[int]:
+    """Load that drifts and jumps, with the odd empty batch and sizes beyond the table."""
+    sizes, b = [], 1
+    for _ in range(n):
+        if rng.random() < 0.01:
+            b = rng.choice((0, 1, 300))
+        else:
+            b = max(1, min(300, b + rng.randint(-6, 6)))
+        sizes.append(b)
+    return sizes
+
+
+def test_the_peek_predicts_each_step_and_records_nothing():
+    rng = random.Random(21)
+    peeking = gate(dwell_steps=3, probe_budget=0.05, probe_min_interval=2)
+    for i, b in enumerate(mixed_sizes(rng, 5000)):
+        before = peeking.snapshot()
+        predicted = peeking.next_steps(b)
+        speculates = peeking.speculates_next(b)
+        assert peeking.snapshot() == before
+        k = peeking.step(b)
+        assert predicted == k and speculates == (k > 0)
+        if k and b:
+            peeking.record_verify(k, chain(rng, 0.5 + 0.4 * math.sin(i / 300), k, b))
+    assert peeking.counters.switches > 10 and peeking.counters.probes > 10
+
+
+def test_same_inputs_same_decisions():
+    def run() -> tuple[list[int], dict]:
+        rng = random.Random(22)
+        p = gate(dwell_steps=2, probe_budget=0.05)
+        decisions = drive(p, mixed_sizes(rng, 5000), lambda i: 0.2 if i % 2000 < 1000 else 0.8, rng)
+        return decisions, p.snapshot()
+    assert run() == run()
+
+
+def test_snapshot_is_json_ready_and_says_what_the_gate_sees():
+    p = gate(prior=0.3, dwell_steps=0, probe_budget=0.25, probe_min_interval=1)
+    p.step(128)  # k = 0 from the first step
+    p.step(128)  # plain: a probe here costs 35 more, which a quarter of plain's 20 earns in 7
+    p.step(0)
+    snap = p.snapshot()
+    assert json.loads(json.dumps(snap)) == snap
+    assert snap["draft_steps"] == 0
+    assert snap["candidates"] == [0, 1, 3] and snap["probe_steps"] == 3
+    assert snap["margin"] == 0.05 and snap["dwell_steps"] == 0
+    assert StepCostTable.from_dict(snap["cost_table"]) == table()
+    assert snap["best_by_batch_size"] == {"1": 1, "8": 1, "32": 1, "128": 0}
+    assert snap["decode_steps"] == {"0": 3, "1": 0, "3": 0}
+    assert snap["switches"] == 1 and snap["probes"] == 0
+    assert snap["last_decode_batch_size"] == 0
+    assert snap["decode_cost"] == 40.0 and snap["probe_cost_share"] == 0.0
+    assert snap["acceptance"]["acceptance"] == [0.3, 0.3, 0.3]
+    assert snap["acceptance"]["expected_tokens"] == pytest.approx([1, 1.3, 1.39, 1.417])
+
+
+@pytest.mark.parametrize("config", [
+    dict(candidates=()), dict(candidates=(0,)), dict(candidates=(1, 3)), dict(candidates=(0, 3, 1)),
+    dict(candidates=(0, 3, 3)), dict(candidates=(-1, 0, 3)), dict(candidates=(False, 3)),
+    dict(margin=-0.01), dict(margin=math.nan), dict(dwell_steps=-1), dict(dwell_steps=1.5),
+    dict(probe_budget=-0.1), dict(probe_budget=1.5), dict(probe_budget=math.nan),
+    dict(probe_min_interval=0), dict(probe_steps=0), dict(probe_steps=2),
+])
+def test_invalid_config_rejected(config):
+    config.setdefault("candidates", (0, 1, 3))
+    with pytest.raises(ValueError):
+        AutoGateConfig(**config)
+
+
+def test_candidates_need_costs():
+    with pytest.raises(ValueError, match=r"\[2\]"):
+        AutoGatePolicy(AutoGateConfig((0, 2, 3)), table())
+
+
+def test_verify_results_and_batch_sizes_must_be_possible():
+    p = gate()
+    with pytest.raises(ValueError):
+        p.record_verify(2, [0])
+    with pytest.raises(ValueError):
+        p.record_verify(1, [2])
+    with pytest.raises(ValueError):
+        p.step(-1)
