@@ -3,6 +3,7 @@
 
 import json
 import math
+import multiprocessing
 import random
 
 import pytest
@@ -440,3 +441,57 @@ def test_verify_results_and_batch_sizes_must_be_possible():
         p.record_verify(1, [2])
     with pytest.raises(ValueError):
         p.step(-1)
+
+
+# --- tensor parallelism -----------------------------------------------------------------------
+
+TP_STEPS = 50_000
+
+
+def _tp_rank(rank: int, tables, results) -> None:
+    """One rank: rank 0 measures the table and sends its broadcast form, every rank then runs
+    the same load, with verify results a step late as under the overlap scheduler."""
+    if rank == 0:
+        measure = random.Random(30)  # stands in for rank 0's clock: no other rank has it
+        sizes = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+        costs = StepCostTable(sizes, {
+            k: tuple((1 + 0.15 * k + 0.02 * b * (k + 1)) * measure.uniform(0.97, 1.03)
+                     for b in sizes) for k in (0, 1, 2, 3)})
+        tables.put(costs.to_json())
+    else:
+        costs = StepCostTable.from_json(tables.get(timeout=60))
+    load = random.Random(31)  # the scheduler's batches and the verify results, alike on all ranks
+    policy = AutoGatePolicy(
+        AutoGateConfig((0, 1, 2, 3), dwell_steps=4, probe_budget=0.03, probe_min_interval=8),
+        costs)
+    decisions, pending = [], None
+    for i, b in enumerate(mixed_sizes(load, TP_STEPS)):
+        k = policy.step(b)
+        decisions.append(k)
+        if pending:
+            policy.record_verify(*pending)
+        p = 0.15 + 0.8 * (0.5 + 0.5 * math.sin(i / 3000))
+        pending = (k, chain(load, p, k, b))
+    results.put((rank, decisions, json.dumps(policy.snapshot(), sort_keys=True)))
+
+
+def test_tensor_parallel_ranks_take_the_same_decisions_from_rank_0s_table():
+    ctx = multiprocessing.get_context("spawn")
+    tables, results = ctx.Queue(), ctx.Queue()
+    ranks = [ctx.Process(target=_tp_rank, args=(rank, tables, results)) for rank in (0, 1)]
+    for proc in ranks:
+        proc.start()
+    try:
+        got = dict((rank, (decisions, snap)) for rank, decisions, snap in
+                   (results.get(timeout=120) for _ in ranks))
+    finally:
+        for proc in ranks:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    assert [proc.exitcode for proc in ranks] == [0, 0]
+    assert len(got[0][0]) == TP_STEPS
+    assert got[0] == got[1]
+    snap = json.loads(got[0][1])
+    assert snap["switches"] > 20 and snap["probes"] > 20
+    assert all(n > 0 for n in snap["decode_steps"].values())
