@@ -191,7 +191,7 @@ sys.exit(run([]))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "[FAIL] SGLang version: SGLang does not import here (No module named 'sglang'). " \
         "Install it: pip install sglang==0.5.17" in result.stdout
-    assert "hook target resolves" not in result.stdout
+    assert "SGLang internal resolves" not in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
 

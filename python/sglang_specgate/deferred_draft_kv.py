@@ -66,6 +66,8 @@ from sglang.srt.utils.nvtx_utils import profile_method
 
 from sglang_specgate.chunked_prefill_tail import tail_tokens
 from sglang_specgate.one_token_decode import take_rows
+from sglang_specgate.runtime_patches import (DRAFT_EXTEND_CAPTURE_SIZES, DRAFT_LOGITS_BUFFER, WAR_READ_DONE_EVENT,
+                                             assign, shadowed)
 
 logger = logging.getLogger(__name__)
 
@@ -140,45 +142,41 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
     """
     sizes_for_decode = draft_extend_graphs.get_batch_sizes_to_capture
 
-    shared_logits = []  # (draft runner, its shared logits buffer) while a larger one stands in
+    with contextlib.ExitStack() as capture:
 
-    def sizes_for_writes(model_runner, *args, **kwargs):
-        capture_bs, compile_bs = sizes_for_decode(model_runner, *args, **kwargs)
-        largest = max(capture_bs)
-        write_sizes = [largest * k for k in range(2, steps_per_write + 1)]
-        rows = write_sizes[-1] if write_sizes else largest
-        while rows < MIN_WRITE_ROWS:
-            rows = min(2 * rows, MIN_WRITE_ROWS)
-            write_sizes.append(rows)
-        if write_sizes:
-            take_rows(draft_backend, write_sizes[-1])
-            logger.info("spec gate: the off state's draft KV writes also take %s rows (up to %d "
-                        "decode steps of %d, or a prompt's rows)", write_sizes, steps_per_write, largest)
-            hold_logits_rows(model_runner, write_sizes[-1], shared_logits)
-        return sorted({*capture_bs, *write_sizes}), compile_bs
+        def sizes_for_writes(model_runner, *args, **kwargs):
+            capture_bs, compile_bs = sizes_for_decode(model_runner, *args, **kwargs)
+            largest = max(capture_bs)
+            write_sizes = [largest * k for k in range(2, steps_per_write + 1)]
+            rows = write_sizes[-1] if write_sizes else largest
+            while rows < MIN_WRITE_ROWS:
+                rows = min(2 * rows, MIN_WRITE_ROWS)
+                write_sizes.append(rows)
+            if write_sizes:
+                take_rows(draft_backend, write_sizes[-1])
+                logger.info("spec gate: the off state's draft KV writes also take %s rows (up to %d "
+                            "decode steps of %d, or a prompt's rows)", write_sizes, steps_per_write, largest)
+                hold_logits_rows(model_runner, write_sizes[-1], capture)
+            return sorted({*capture_bs, *write_sizes}), compile_bs
 
-    draft_extend_graphs.get_batch_sizes_to_capture = sizes_for_writes
-    try:
+        capture.enter_context(shadowed(DRAFT_EXTEND_CAPTURE_SIZES, draft_extend_graphs,
+                                       get_batch_sizes_to_capture=sizes_for_writes))
         yield
-    finally:
-        draft_extend_graphs.get_batch_sizes_to_capture = sizes_for_decode
-        for model_runner, shared in shared_logits:
-            model_runner.graph_shared_output = shared
 
 
-def hold_logits_rows(model_runner, rows: int, shared_logits: list) -> None:
+def hold_logits_rows(model_runner, rows: int, capture: contextlib.ExitStack) -> None:
     """The write graph's runner takes a logits buffer of one row per captured row from the
     process's shared one (eagle_draft_extend_cuda_graph_runner.py:226-229), which upstream sizes
     for the widest decode graph: the largest batch times the draft width
     (model_runner.py:763-767), the write sizes' multiples of the largest batch included. Rows
     up to MIN_WRITE_ROWS can exceed it (32 requests, 4 draft tokens: 128 rows), so the runner
-    gets a buffer of its own for this capture. It stays zeros: the kv-only draft hands it out
-    unwritten on one rank and copies zeros into it elsewhere, and writes read none of it."""
+    gets a buffer of its own until ``capture`` closes. It stays zeros: the kv-only draft hands it
+    out unwritten on one rank and copies zeros into it elsewhere, and writes read none of it."""
     shared = model_runner.graph_shared_output
     if shared is None or shared.max_rows >= rows:
         return
-    shared_logits.append((model_runner, shared))
-    model_runner.graph_shared_output = GraphSharedOutput(device=shared.device, max_rows=rows)
+    capture.enter_context(shadowed(DRAFT_LOGITS_BUFFER, model_runner,
+                                   graph_shared_output=GraphSharedOutput(device=shared.device, max_rows=rows)))
     logger.info("spec gate: the off state's draft KV writes hold their own logits buffer of %d rows "
                 "(the shared one holds %d)", rows, shared.max_rows)
 
@@ -345,7 +343,7 @@ class DeferredDraftKV:
         # in a prefill, which publishes none and so gets the scheduler's wait for its forward.
         read_done = self.runner.model_runner.war_fastpath_read_done_event
         self.runner.execute(forward_batch)
-        self.runner.model_runner.war_fastpath_read_done_event = read_done
+        assign(WAR_READ_DONE_EVENT, self.runner.model_runner, war_fastpath_read_done_event=read_done)
         self.rows_written += n
         self.writes += 1
         self.rows -= n
@@ -379,4 +377,4 @@ class DeferredDraftKV:
         # publishes it). Here that read is the copies above.
         read_done = self.device_module.Event()
         read_done.record()
-        self.runner.model_runner.war_fastpath_read_done_event = read_done
+        assign(WAR_READ_DONE_EVENT, self.runner.model_runner, war_fastpath_read_done_event=read_done)

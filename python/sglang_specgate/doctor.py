@@ -1,10 +1,10 @@
 """``python -m sglang_specgate doctor``: is the gate installed and able to run here?
 
 Checks, in a fresh process, what a server would do at start-up: the SGLang version, entry
-point discovery by SGLang's own loader, every hook target resolving and being applied, the
-effective threshold (from arguments and the environment), whether the attention backends give
-the fast off path (a warning, not a problem) and whether FlashInfer's plain steps take the
-gate's host sequence lengths. Exit status 1 on any problem.
+point discovery by SGLang's own loader, every hook target and runtime-patched name resolving,
+every hook being applied, the effective threshold (from arguments and the environment),
+whether the attention backends give the fast off path (a warning, not a problem) and whether
+FlashInfer's plain steps take the gate's host sequence lengths. Exit status 1 on any problem.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def run(server_argv: list[str]) -> int:
 
     if sglang is not None:
         for target in hooks.unresolved_targets():
-            report(False, "hook target resolves", target)
+            report(False, "SGLang internal resolves", target)
     if not problems:
         from sglang.srt.plugins import load_plugins
 

@@ -3,8 +3,10 @@
 Each entry says what it hooks, why, how, which upstream code it depends on and when it can
 go. ``register_hooks`` is the only code that hands these to SGLang's ``HookRegistry``; the
 test suite checks that every entry is applied in a fresh SGLang process and that nothing
-else is patched. Start-up fails loudly (see plugin.py) if the SGLang version is not one we
-have verified or if any target no longer resolves.
+else is patched. What the gate changes on SGLang objects while it runs is registered in
+runtime_patches.py, and start-up checks those names too (``unresolved_targets``). Start-up
+fails loudly (see plugin.py) if the SGLang version is not one we have verified or if any
+target no longer resolves.
 
 Implementations are named as ``module:attribute`` and resolved on first call, so loading
 the plugin in the launcher does not import the GPU worker code; class replacements are
@@ -16,6 +18,8 @@ from __future__ import annotations
 import functools
 import pkgutil
 from dataclasses import dataclass
+
+from sglang_specgate import runtime_patches
 
 # Versions whose internals the hooks were written and tested against.
 SUPPORTED_SGLANG_VERSIONS = ("0.5.17",)
@@ -81,37 +85,14 @@ HOOKS: tuple[Hook, ...] = (
         how="When the threshold is set and SGLang picked EAGLEWorkerV2, return "
         "GatedEAGLEWorkerV2 (a subclass); when SGLang picked any other worker, raise, so a "
         "server asked for the gate never runs without it. While upstream builds the "
-        "steps-0 state, the subclass shadows two methods on their instances for that build "
-        "only: the target runner's _get_attention_backend (its backends get decode kernels "
-        "for one-token forwards, one_token_decode.py) and the draft worker's "
-        "_capture_cuda_graphs (its draft-extend backend gets decode kernels too, reading one "
-        "cached token, on Triton with max_kv_splits set to 1 before its buffers are allocated; "
-        "captured with speculative_num_draft_tokens overridden to 1, and with the draft's last "
-        "MLP and its LogitsProcessor._compute_lm_head replaced by no-ops and its "
-        "LogitsProcessor._get_logits handing out the runner's logits buffer as it is, "
-        "kv_only_draft.py, "
-        "and, over SGLang's plain 16-bit MHATokenToKVPool, the last layer's self_attn.attn "
-        "replaced by a module that only stores the rows' K and V with the pool's "
-        "set_kv_buffer, as the backends' decode does before attending, its self_attn.o_proj, "
-        "a RowParallelLinear without a bias, by one that returns the zeros it would, and its "
-        "self_attn.qkv_proj, an unquantized QKVParallelLinear without a bias, by one GEMM "
-        "over its weight's K and V rows into the output's K and V columns; "
-        "and, where "
-        "plain steps defer their draft KV, with the runner module's get_batch_sizes_to_capture "
-        "name shadowed to add multiples of the largest decode batch up to the draft width "
-        "and doubled sizes up to 1024 rows, "
-        "deferred_draft_kv.capture_write_sizes, and the backend's per-request buffers grown "
-        "to hold that many rows: Triton's index buffers, FlashInfer's kv_indptr list and "
-        "kv_last_page_len, re-pointed in its indices updaters too; the draft runner's "
-        "graph_shared_output is replaced for the capture by a GraphSharedOutput of that many "
-        "rows where the shared one holds fewer). It also "
-        "shadows the draft worker's _draft_extend_for_decode and _draft_extend_for_prefill "
-        "for its lifetime: plain steps, and prefills while off (one row per prompt token), "
-        "buffer their rows and stub the draft outputs with "
-        "_stub_skipped_draft_extend, and the buffer is written through the steps-0 "
-        "draft-extend graph runner's execute (deferred_draft_kv.py), keeping each KV slot's "
-        "last row; the worker's activate_step_by_batch and the shadowed methods write it "
-        "before any draft forward that reads the cache. The subclass overrides "
+        "steps-0 state, it gives that state's attention backends decode kernels for one-token "
+        "forwards (one_token_decode.py) and captures its draft extend one token wide, writing "
+        "only the draft's KV cache (kv_only_draft.py) at the sizes of several decode steps; "
+        "while off, plain steps and prefills buffer their draft rows, written through that "
+        "graph (deferred_draft_kv.py). What it changes on SGLang's objects for these is "
+        "registered in runtime_patches.py. activate_step_by_batch and the draft-extend "
+        "methods write the buffer before any draft forward that reads the cache. The subclass "
+        "overrides "
         "_stub_skipped_draft_extend and, where the target's backend has no verify_mask, "
         "_build_trivial_verify_input to hand out the same values as slices of tensors "
         "built once (plain_step_constants.py). It overrides apply_runtime_state, upstream's "
@@ -280,14 +261,15 @@ class IncompatibleSGLangError(RuntimeError):
 
 
 def unresolved_targets() -> list[str]:
-    """Targets that do not resolve in the installed SGLang (importing their modules)."""
+    """Hook targets and runtime-patched names that do not resolve in the installed SGLang
+    (importing their modules)."""
     missing = []
     for hook in HOOKS:
         try:
             pkgutil.resolve_name(hook.target)
         except Exception as e:  # importing a changed SGLang module can fail in any way
             missing.append(f"{hook.target} ({type(e).__name__}: {e})")
-    return missing
+    return missing + runtime_patches.unresolved_names()
 
 
 @functools.cache

@@ -52,6 +52,7 @@ from collections.abc import Callable
 import torch
 
 from sglang_specgate.args import HOST_SEQ_LENS_ENV
+from sglang_specgate.runtime_patches import FUTURE_MAP_HOST_LENGTHS, SCHEDULE_BATCH_HOST_LENGTHS, assign, shadowed
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,16 @@ class HostSeqLens:
         ):
             return None
         return self.lengths[req_pool_indices_cpu]
+
+    def serve(self, batch_size: int, req_pool_indices_cpu: torch.Tensor | None) -> torch.Tensor | None:
+        """The host lengths for a decode batch about to resolve, or None where upstream's copy
+        must give them: its step speculates, or a slot is unknown. Counted either way."""
+        lengths = None if self.step_speculates(batch_size) else self.lookup(req_pool_indices_cpu)
+        if lengths is None:
+            self.copied_back += 1
+        else:
+            self.resolved_on_host += 1
+        return lengths
 
     def check(self, device_lengths: torch.Tensor, host_lengths: torch.Tensor) -> None:
         """Count, on the device, where the lengths the mirror served differ from the GPU's, and
@@ -178,21 +189,13 @@ def resolve_with_host_lengths(original, future_map, batch) -> None:
         or spec_info.future_indices is None
     ):
         return original(future_map, batch)
-    lengths = None
-    if not mirror.step_speculates(batch.req_pool_indices.shape[0]):
-        lengths = mirror.lookup(batch.req_pool_indices_cpu)
+    lengths = mirror.serve(batch.req_pool_indices.shape[0], batch.req_pool_indices_cpu)
     if lengths is None:
-        mirror.copied_back += 1
         return original(future_map, batch)
-    mirror.resolved_on_host += 1
     # Upstream's own path for backends that need no host lengths: the schedule stream waits on
     # the publish and gathers the device lengths; only the host copy is skipped.
-    future_map.needs_cpu_seq_lens = False
-    try:
+    with shadowed(FUTURE_MAP_HOST_LENGTHS, future_map, needs_cpu_seq_lens=False):
         original(future_map, batch)
-    finally:
-        future_map.needs_cpu_seq_lens = True
     if (mirror.resolved_on_host - 1) % CHECK_EVERY == 0:  # the first served, then every CHECK_EVERY-th
         mirror.check(batch.seq_lens, lengths)  # the device says whether it was right
-    batch.seq_lens_cpu = lengths
-    batch.seq_lens_sum = int(lengths.sum())
+    assign(SCHEDULE_BATCH_HOST_LENGTHS, batch, seq_lens_cpu=lengths, seq_lens_sum=int(lengths.sum()))

@@ -48,6 +48,8 @@ from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
 from sglang.srt.layers.radix_attention import RadixAttention
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
+from sglang_specgate.runtime_patches import DRAFT_LAST_ATTENTION, DRAFT_LAST_MLP, LOGITS_PROCESSOR_METHODS, shadowed
+
 logger = logging.getLogger(__name__)
 
 # What the off state's draft extend computes, in gate_state's "off_draft_extend"
@@ -204,28 +206,23 @@ def kv_only_draft_forward(draft_model, kv_pool=None, attention_backend=None):
         dtype = torch.float32 if getattr(processor, "use_fp32_lm_head", False) else lm_head.weight.dtype
         return hidden_states.new_zeros((hidden_states.shape[0], lm_head.weight.shape[0]), dtype=dtype)
 
-    # The last layer's submodules the graph skips: (owner, attribute, stand-in, what the log calls it).
-    stand_ins = [(layer, "mlp", torch.nn.Identity(), "MLP")]
-    if attention is not None:
-        stand_ins.append((layer.self_attn, "attn", StoreKVOnly(attention, kv_pool), "attention"))
-    if projection is not None:
-        stand_ins.append((layer.self_attn, "o_proj", ZeroProjection(projection), "o_proj"))
-    if qkv is not None:
-        stand_ins.append((layer.self_attn, "qkv_proj", KVColumnsOnly(qkv, layer.self_attn.q_size), "Q columns"))
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _, _ in stand_ins]
-    for owner, name, stand_in, _ in stand_ins:
-        setattr(owner, name, stand_in)
-    # Instance attributes: they shadow the methods.
-    processor._get_logits = logits_buffer_as_is
-    processor._compute_lm_head = zero_logits
-    computed = KV_ONLY if attention is None else KV_STORE
-    mlp_label, *attention_labels = (label for *_, label in stand_ins)
-    logger.info("spec gate: the off state's draft extend graph is %s, without the last layer's %s",
-                computed, ", ".join([mlp_label, "lm_head", *attention_labels]))
-    try:
+    with contextlib.ExitStack() as stack:
+        # The last layer's submodules the graph skips, as the log line names them.
+        skipped = ["MLP", "lm_head"]
+        stack.enter_context(shadowed(DRAFT_LAST_MLP, layer, mlp=torch.nn.Identity()))
+        if attention is not None:
+            stack.enter_context(shadowed(DRAFT_LAST_ATTENTION, layer.self_attn, attn=StoreKVOnly(attention, kv_pool)))
+            skipped.append("attention")
+        if projection is not None:
+            stack.enter_context(shadowed(DRAFT_LAST_ATTENTION, layer.self_attn, o_proj=ZeroProjection(projection)))
+            skipped.append("o_proj")
+        if qkv is not None:
+            stack.enter_context(shadowed(DRAFT_LAST_ATTENTION, layer.self_attn,
+                                         qkv_proj=KVColumnsOnly(qkv, layer.self_attn.q_size)))
+            skipped.append("Q columns")
+        stack.enter_context(shadowed(LOGITS_PROCESSOR_METHODS, processor, _get_logits=logits_buffer_as_is,
+                                     _compute_lm_head=zero_logits))
+        computed = KV_ONLY if attention is None else KV_STORE
+        logger.info("spec gate: the off state's draft extend graph is %s, without the last layer's %s",
+                    computed, ", ".join(skipped))
         yield computed
-    finally:
-        for owner, name, original in originals:
-            setattr(owner, name, original)
-        del processor._get_logits
-        del processor._compute_lm_head

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
+from sglang_specgate.runtime_patches import GATE_METRICS_SLOT, INTERNAL_STATE, assign, assign_item
+
 logger = logging.getLogger("sglang_specgate")
 
 SWITCH_LOG_INTERVAL_S = 10.0
@@ -25,7 +27,7 @@ def add_gate_state(result, scheduler, *args, **kwargs):
     """AFTER hook on ``Scheduler.get_internal_state``: add ``spec_gate`` to internal_state."""
     worker = gated_worker(scheduler)
     if worker is not None:
-        result.internal_state["spec_gate"] = worker.gate_state()
+        assign_item(INTERNAL_STATE, result, "internal_state", "spec_gate", worker.gate_state())
     return result
 
 
@@ -76,7 +78,8 @@ def export_gate_metrics(result, reporter, *args, **kwargs):
         return result
     metrics = getattr(reporter, "_spec_gate_metrics", None)
     if metrics is None:
-        metrics = reporter._spec_gate_metrics = GateMetrics(reporter.metrics_collector.labels)
+        metrics = GateMetrics(reporter.metrics_collector.labels)
+        assign(GATE_METRICS_SLOT, reporter, _spec_gate_metrics=metrics)
     metrics.update(worker.gate)
     return result
 

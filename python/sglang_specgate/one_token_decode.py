@@ -22,6 +22,8 @@ import torch
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
 from sglang_specgate.args import FAST_OFF_PATH_FIX
+from sglang_specgate.runtime_patches import (FLASHINFER_ROWS, FORWARD_BATCH_AS_DECODE, ONE_TOKEN_DECODE_CLASS,
+                                             TRITON_ONE_SPLIT, TRITON_ROWS, assign, assign_item, swap_class)
 
 logger = logging.getLogger(__name__)
 
@@ -39,22 +41,21 @@ def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
     writes it to ``out_cache_loc`` (triton_backend.py forward_decode), which the metadata does
     not touch. So the draft stops reading its whole context on every plain step.
     """
-    view = copy.copy(forward_batch)
     mode = forward_batch.forward_mode
+    seq_lens, seq_lens_cpu, seq_lens_sum = forward_batch.seq_lens, forward_batch.seq_lens_cpu, forward_batch.seq_lens_sum
     if mode.is_target_verify():
-        view.seq_lens = forward_batch.seq_lens + 1
-        if forward_batch.seq_lens_cpu is not None:
-            view.seq_lens_cpu = forward_batch.seq_lens_cpu + 1
-        if forward_batch.seq_lens_sum is not None:
-            view.seq_lens_sum = forward_batch.seq_lens_sum + forward_batch.batch_size
+        seq_lens = seq_lens + 1
+        seq_lens_cpu = None if seq_lens_cpu is None else seq_lens_cpu + 1
+        seq_lens_sum = None if seq_lens_sum is None else seq_lens_sum + forward_batch.batch_size
     elif mode.is_draft_extend_v2():
-        view.seq_lens = torch.ones_like(forward_batch.seq_lens)
+        seq_lens = torch.ones_like(seq_lens)
         # Known on the host whatever the batch carries (the off state's buffered writes carry
         # none): a backend that plans on host lengths (FlashInfer) would copy them from the GPU.
-        view.seq_lens_cpu = torch.ones(forward_batch.batch_size, dtype=torch.int64)
-        view.seq_lens_sum = forward_batch.batch_size
-    view.forward_mode = ForwardMode.DECODE
-    view.spec_info = None
+        seq_lens_cpu = torch.ones(forward_batch.batch_size, dtype=torch.int64)
+        seq_lens_sum = forward_batch.batch_size
+    view = copy.copy(forward_batch)
+    assign(FORWARD_BATCH_AS_DECODE, view, seq_lens=seq_lens, seq_lens_cpu=seq_lens_cpu, seq_lens_sum=seq_lens_sum,
+           forward_mode=ForwardMode.DECODE, spec_info=None)
     return view
 
 
@@ -64,7 +65,7 @@ def _triton_reads_one_entry(backend) -> None:
     half of a target layer's 62 us (8B, batch 64: benchmark/results/2026-11-30-offcost-8b-2.2).
     Set before the backend allocates its split buffers (graph capture, or each eager forward's
     metadata): the kernel asserts they are ``max_kv_splits`` wide."""
-    backend.max_kv_splits = 1
+    assign(TRITON_ONE_SPLIT, backend, max_kv_splits=1)
 
 
 def _plans_from_host_lengths(backend) -> None:
@@ -73,16 +74,13 @@ def _plans_from_host_lengths(backend) -> None:
     planned one split wide already."""
 
 
-# Triton's per-request index buffers, sized at the request pool when the backend is built
-# (triton_backend.py:272-290); a batch of bs requests uses bs + 1 entries.
-TRITON_PER_REQUEST_BUFFERS = ("kv_indptr", "window_kv_indptr", "qo_indptr", "mask_indptr")
-
-
 def _triton_take_rows(backend, rows: int) -> None:
-    for name in TRITON_PER_REQUEST_BUFFERS:
+    """Triton's per-request index buffers (TRITON_ROWS), sized at the request pool when the
+    backend is built (triton_backend.py:272-297); a batch of bs requests uses bs + 1 entries."""
+    for name in TRITON_ROWS.attributes:
         buffer = getattr(backend, name, None)
         if buffer is not None and buffer.shape[0] < rows + 1:
-            setattr(backend, name, buffer.new_zeros(rows + 1))
+            assign(TRITON_ROWS, backend, **{name: buffer.new_zeros(rows + 1)})
 
 
 def _flashinfer_take_rows(backend, rows: int) -> None:
@@ -92,13 +90,13 @@ def _flashinfer_take_rows(backend, rows: int) -> None:
     (flashinfer_backend.py:438-458, 1488-1489, 1759-1760)."""
     for i, indptr in enumerate(backend.kv_indptr):
         if indptr.shape[0] < rows + 1:
-            backend.kv_indptr[i] = indptr.new_zeros(rows + 1)
+            assign_item(FLASHINFER_ROWS, backend, "kv_indptr", i, indptr.new_zeros(rows + 1))
     if backend.kv_last_page_len.shape[0] < rows:
-        backend.kv_last_page_len = backend.kv_last_page_len.new_ones(rows)
+        assign(FLASHINFER_ROWS, backend, kv_last_page_len=backend.kv_last_page_len.new_ones(rows))
         for name in ("indices_updater_decode", "indices_updater_prefill"):
             updater = getattr(backend, name, None)
             if updater is not None:
-                updater.kv_last_page_len = backend.kv_last_page_len
+                assign(FLASHINFER_ROWS, updater, kv_last_page_len=backend.kv_last_page_len)
 
 
 @dataclass(frozen=True)
@@ -198,5 +196,5 @@ def use_decode_kernels(backend) -> bool:
         _decode_classes[cls] = _one_token_decode_class(cls)
     # Same instance, same buffers; only the method lookup changes, so isinstance checks
     # against the upstream class still hold.
-    backend.__class__ = _decode_classes[cls]
+    swap_class(ONE_TOKEN_DECODE_CLASS, backend, _decode_classes[cls])
     return True

@@ -24,6 +24,8 @@ import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
+from sglang_specgate.runtime_patches import DRAFT_STUBS, assign
+
 NO_NODE = -1  # a tree's "no next token, no sibling"
 
 
@@ -47,14 +49,14 @@ class PlainStepConstants:
     def stub_draft_outputs(self, draft_input, bs: int) -> None:
         """Upstream's stand-ins for the draft outputs a skipped draft extend leaves unset
         (eagle_worker_v2.py:1255-1283): zeros of the shapes the overlap scheduler stashes."""
-        draft_input.topk_p = self._leading(
-            "topk_p", bs, lambda n: torch.zeros((n, self.topk), dtype=torch.float32, device=self.device))
-        draft_input.topk_index = self._leading(
-            "topk_index", bs, lambda n: torch.zeros((n, self.topk), dtype=torch.int64, device=self.device))
+        assign(DRAFT_STUBS, draft_input, topk_p=self._leading(
+            "topk_p", bs, lambda n: torch.zeros((n, self.topk), dtype=torch.float32, device=self.device)))
+        assign(DRAFT_STUBS, draft_input, topk_index=self._leading(
+            "topk_index", bs, lambda n: torch.zeros((n, self.topk), dtype=torch.int64, device=self.device)))
         if self.draft_hidden_size is not None:
-            draft_input.hidden_states = self._leading(
+            assign(DRAFT_STUBS, draft_input, hidden_states=self._leading(
                 "hidden_states", bs, lambda n: torch.zeros((n, self.draft_hidden_size),
-                                                           dtype=self.draft_hidden_dtype, device=self.device))
+                                                           dtype=self.draft_hidden_dtype, device=self.device)))
 
     def one_node_verify_input(self, draft_token: torch.Tensor, seq_lens: torch.Tensor,
                               context_tokens: int) -> EagleVerifyInput:

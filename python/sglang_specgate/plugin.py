@@ -30,7 +30,7 @@ def register() -> None:
     missing = hooks.unresolved_targets()
     if missing:
         raise SystemExit(
-            "sglang-specgate: these SGLang internals the gate hooks are missing: "
+            "sglang-specgate: these SGLang internals the gate relies on are missing: "
             + "; ".join(missing)
             + ". The installed SGLang is incompatible: reinstall sglang=="
             + hooks.SUPPORTED_SGLANG_VERSIONS[-1]

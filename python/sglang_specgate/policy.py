@@ -52,6 +52,15 @@ class GateCounters:
     switches: int = 0
     last_decode_batch_size: int = 0
 
+    def record(self, decode_batch_size: int, speculating: bool, switched: bool) -> None:
+        self.last_decode_batch_size = decode_batch_size
+        if speculating:
+            self.decode_steps_spec += 1
+        else:
+            self.decode_steps_plain += 1
+        if switched:
+            self.switches += 1
+
 
 class SpecGatePolicy:
     """Decides, once per decode step, whether that step speculates."""
@@ -68,17 +77,9 @@ class SpecGatePolicy:
         if decode_batch_size < 0:
             raise ValueError(f"decode batch size must be >= 0, got {decode_batch_size}")
         speculating, self._calm_steps = self._after(decode_batch_size)
-        if speculating != self.speculating:
-            self.speculating = speculating
-            self.counters.switches += 1
-
-        c = self.counters
-        c.last_decode_batch_size = decode_batch_size
-        if self.speculating:
-            c.decode_steps_spec += 1
-        else:
-            c.decode_steps_plain += 1
-        return self.speculating
+        self.counters.record(decode_batch_size, speculating, switched=speculating != self.speculating)
+        self.speculating = speculating
+        return speculating
 
     def speculates_next(self, decode_batch_size: int) -> bool:
         """Whether a decode step of ``decode_batch_size`` requests would speculate, recording

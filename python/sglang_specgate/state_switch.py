@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 
+from sglang_specgate.runtime_patches import OVERRIDE_LOG, assign_item
+
 UPSTREAM_SWITCH_LOGGER = "sglang.srt.speculative.eagle_worker_v2"
 UPSTREAM_SWITCH_LINE = "Switch adaptive runtime state"
 RESTORE_OVERRIDE = "adaptive_spec.restore"  # the source name upstream's swap logs under
@@ -43,4 +45,5 @@ def drop_superseded_restores(context) -> None:
     if not log or log[-1][0] != RESTORE_OVERRIDE:
         return
     newest = log[-1][1].keys()
-    log[:-1] = [entry for entry in log[:-1] if not (entry[0] == RESTORE_OVERRIDE and entry[1].keys() <= newest)]
+    assign_item(OVERRIDE_LOG, context, "_overrides_log", slice(None, -1),
+                [entry for entry in log[:-1] if not (entry[0] == RESTORE_OVERRIDE and entry[1].keys() <= newest)])

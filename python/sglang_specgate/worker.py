@@ -52,6 +52,8 @@ from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.reenable import ReenableAcceptance
+from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, TARGET_BACKEND_FACTORY,
+                                             assign, shadowed)
 from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream_switch_line
 
 logger = logging.getLogger(__name__)
@@ -150,11 +152,11 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         self.deferral_blocker: str | None = None  # why plain steps extend the draft every step
         self.plain_step_constants = PlainStepConstants(
             self.device, self.topk, *get_draft_recurrent_hidden_state_spec(self.draft_worker.draft_runner))
-        # Instance attribute: upstream's decode path calls the draft worker's method by name.
+        # Instance attributes: upstream's decode path calls the draft worker's methods by name.
         self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
-        self._draft_worker._draft_extend_for_decode = self._draft_extend_for_decode
         self._draft_extend_whole_prompt = self._draft_worker._draft_extend_for_prefill
-        self._draft_worker._draft_extend_for_prefill = self._draft_extend_for_prefill
+        assign(DRAFT_EXTEND_ROUTING, self._draft_worker, _draft_extend_for_decode=self._draft_extend_for_decode,
+               _draft_extend_for_prefill=self._draft_extend_for_prefill)
         logger.info(
             "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
             "after %d steps <= %d",
@@ -352,11 +354,9 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=width)
 
         # Instance attributes shadow the methods for this build only.
-        target_runner._get_attention_backend = make_target_backend_for_decode
-        draft_worker._capture_cuda_graphs = capture_one_token_draft_graphs
-        try:
+        with (
+            shadowed(TARGET_BACKEND_FACTORY, target_runner, _get_attention_backend=make_target_backend_for_decode),
+            shadowed(DRAFT_GRAPH_CAPTURE, draft_worker, _capture_cuda_graphs=capture_one_token_draft_graphs),
+        ):
             yield
-        finally:
-            del target_runner._get_attention_backend
-            del draft_worker._capture_cuda_graphs
         self.fast_off_path = bool(converted) and all(converted)
