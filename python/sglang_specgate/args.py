@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import logging
 import os
-import re
 import sys
 from typing import Callable, Optional
 
@@ -20,13 +19,13 @@ from sglang.srt.arg_groups.arg_utils import A, Arg, NS
 from sglang.srt.server_args import ServerArgs
 
 from sglang_specgate.policy import GateConfig
+from sglang_specgate.threshold_setting import (THRESHOLD_ENV, THRESHOLD_FLAG, ThresholdSetting, parse_count,
+                                               threshold_setting)
 
 logger = logging.getLogger(__name__)
 
-THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
 DWELL_FLAG = "--speculative-gate-dwell-steps"
 REENABLE_FLAG = "--speculative-gate-reenable-threshold"
-THRESHOLD_ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
 HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
 DEFAULT_DWELL_STEPS = 8
 GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -36,27 +35,8 @@ FAST_OFF_PATH_ATTENTION_BACKENDS = ("triton", "flashinfer")
 FAST_OFF_PATH_FIX = "--attention-backend " + " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS)
 
 
-# Not str.isdigit, which takes "²" and other Unicode digits int() rejects.
-_COUNT = re.compile(r"[+-]?[0-9]+")
-
-
 class SpecGateConfigError(ValueError):
     """A gate setting that cannot work; the message names the flag and the fix."""
-
-
-def parse_count(value: object) -> int:
-    """A non-negative integer from a CLI/env string or a Python int; ValueError says why not."""
-    if isinstance(value, bool):  # bool is an int subclass: True would silently mean 1
-        raise ValueError(f"must be a non-negative integer, got {value!r}")
-    if isinstance(value, int):
-        parsed = value
-    elif isinstance(value, str) and _COUNT.fullmatch(value.strip()):
-        parsed = int(value.strip())
-    else:
-        raise ValueError(f"must be a non-negative integer, got {value!r}")
-    if parsed < 0:
-        raise ValueError(f"must be >= 0, got {parsed}")
-    return parsed
 
 
 def non_negative_int(value: object, source: str) -> int:
@@ -65,24 +45,6 @@ def non_negative_int(value: object, source: str) -> int:
         return parse_count(value)
     except ValueError as e:
         raise SpecGateConfigError(f"{source} {e}.") from None
-
-
-@dataclasses.dataclass(frozen=True)
-class ThresholdSetting:
-    """The resolved threshold and where it came from, so that messages name what was set."""
-
-    n: int
-    from_env: bool = False
-    # Why n is 0, for the warning about the gate's other knobs: ignored where an image-wide
-    # environment meets a server that does not speculate.
-    ignored_env: bool = False
-
-    def __str__(self) -> str:
-        return f"{THRESHOLD_ENV}={self.n} in the environment" if self.from_env else f"{THRESHOLD_FLAG} {self.n}"
-
-    @property
-    def removal(self) -> str:
-        return f"unset {THRESHOLD_ENV}" if self.from_env else f"drop {THRESHOLD_FLAG}"
 
 
 def _cli_count(text: str) -> int:
@@ -169,22 +131,18 @@ class GateServerArgs(ServerArgs):
         return setting
 
     def _threshold_setting(self) -> ThresholdSetting:
-        """An explicit flag, kwarg or YAML value wins over the environment. An environment set
-        for every server (a container image's) leaves one that does not speculate ungated, and
-        says so: there is nothing to gate, where a flag asking for it is refused. A server that
-        speculates some other way is refused either way (validate_gate_combination): gating
-        its speculation was asked for and cannot be done. The raw algorithm is read, before
-        SGLang resolves it; SGLang never sets one where none was given."""
-        if self.speculative_disable_batch_threshold is not None:
-            return ThresholdSetting(non_negative_int(self.speculative_disable_batch_threshold, THRESHOLD_FLAG))
-        from_env = threshold_from_env()
-        if from_env is None:
-            return ThresholdSetting(0)
-        setting = ThresholdSetting(from_env, from_env=True)
-        if setting.n and self.speculative_algorithm is None:
-            logger.warning("%s: no effect, this server does not speculate (no --speculative-algorithm). "
-                           "Unset it for such servers to drop this warning.", setting)
-            return ThresholdSetting(0, ignored_env=True)
+        """The flag, kwarg or YAML value, else the environment (threshold_setting), which a
+        server that does not speculate ignores, and says so. A server that speculates some
+        other way is refused either way (validate_gate_combination): gating its speculation
+        was asked for and cannot be done. The raw algorithm is read, before SGLang resolves
+        it; SGLang never sets one where none was given."""
+        explicit = self.speculative_disable_batch_threshold
+        setting = threshold_setting(None if explicit is None else non_negative_int(explicit, THRESHOLD_FLAG),
+                                    threshold_from_env, speculates=self.speculative_algorithm is not None)
+        if setting.ignored_env:
+            logger.warning("%s=%d in the environment: no effect, this server does not speculate (no "
+                           "--speculative-algorithm). Unset it for such servers to drop this warning.",
+                           THRESHOLD_ENV, setting.ignored_env)
         return setting
 
     def gate_config(self) -> GateConfig:
