@@ -38,7 +38,8 @@ def run(server_argv: list[str]) -> int:
             hooks.check_sglang_version(sglang.__version__)
             report(True, "SGLang version", sglang.__version__)
         except hooks.IncompatibleSGLangError as e:
-            report(False, "SGLang version", str(e))
+            report(False, "SGLang version", f"{e} Install a supported SGLang (pip install "
+                   f"sglang=={hooks.SUPPORTED_SGLANG_VERSIONS[-1]}), or uninstall sglang-specgate.")
 
     ours = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == ENTRY_POINT_NAME]
     report(bool(ours), "entry point", f"{ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME}")

@@ -19,10 +19,15 @@ import functools
 import pkgutil
 from dataclasses import dataclass
 
+from packaging.version import InvalidVersion, Version
+
 from sglang_specgate import runtime_patches
 
-# Versions whose internals the hooks were written and tested against.
+# Releases whose internals the hooks were written and tested against. A build of one of them
+# (0.5.17.post1, 0.5.17+cu130) is that release: the start-up check of every name the gate
+# touches (unresolved_targets) backs that up.
 SUPPORTED_SGLANG_VERSIONS = ("0.5.17",)
+SUPPORTED_SGLANG = " or ".join(f"SGLang {v}" for v in SUPPORTED_SGLANG_VERSIONS) + " (any build of it)"
 
 
 @dataclass(frozen=True)
@@ -248,12 +253,13 @@ HOOKS: tuple[Hook, ...] = (
 
 
 def check_sglang_version(version: str) -> None:
-    if version not in SUPPORTED_SGLANG_VERSIONS:
-        raise IncompatibleSGLangError(
-            f"sglang-specgate supports SGLang {', '.join(SUPPORTED_SGLANG_VERSIONS)}, "
-            f"found {version}. Install a supported SGLang (pip install "
-            f"sglang=={SUPPORTED_SGLANG_VERSIONS[-1]}), or uninstall sglang-specgate."
-        )
+    """Compares releases: pre-, post- and local parts of ``version`` do not count."""
+    try:
+        release = Version(Version(version).base_version)
+    except InvalidVersion:
+        release = None
+    if release not in [Version(v) for v in SUPPORTED_SGLANG_VERSIONS]:
+        raise IncompatibleSGLangError(f"sglang-specgate supports {SUPPORTED_SGLANG}, found {version}.")
 
 
 class IncompatibleSGLangError(RuntimeError):

@@ -1,14 +1,21 @@
 """Entry point of the ``sglang.srt.plugins`` group: the only code SGLang calls to load us.
 
 SGLang runs it once in every process that loads plugins (launcher, Engine, each scheduler)
-and only *logs* exceptions raised here, which would leave a server silently ungated. So an
-incompatible SGLang ends the process with SystemExit, which the loader does not catch, and
-with a message that says what to do.
+and only *logs* exceptions raised here. On an SGLang the gate cannot run on (another release,
+or one that lacks a name the gate touches), a process that asks for the gate ends with
+SystemExit, which the loader does not catch, and a message that says what to do; any other
+process starts as plain SGLang, with one warning, since the plugin loads into every SGLang
+process on the machine. Whether it asks is read from its command line, the YAML its --config
+names and its environment (threshold_setting.requested_before_parsing): an
+``sglang.Engine(speculative_disable_batch_threshold=N)`` kwarg is not visible then, and
+SGLang's own ServerArgs refuses it as an unexpected keyword.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 logger = logging.getLogger(__name__)
 
@@ -19,23 +26,43 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    _registered = True
     import sglang
 
     from sglang_specgate import hooks
 
+    problem = _incompatibility(sglang.__version__)
+    if problem is None:
+        hooks.register_hooks()
+        logger.debug("sglang-specgate: registered %d hooks", len(hooks.HOOKS))
+        return
+
+    from sglang_specgate.threshold_setting import THRESHOLD_ENV, THRESHOLD_FLAG, requested_before_parsing
+
+    setting = requested_before_parsing(sys.argv[1:], os.environ)
+    if setting.n:
+        raise SystemExit(
+            f"{setting} asks for the gate, but {problem} Install "
+            f"sglang=={hooks.SUPPORTED_SGLANG_VERSIONS[-1]} for the gate, or {setting.removal} to run "
+            f"SGLang {sglang.__version__} without it."
+        )
+    ignored = (f" {THRESHOLD_ENV}={setting.ignored_env} in the environment has no effect here (no "
+               "--speculative-algorithm on the command line)." if setting.ignored_env else "")
+    logger.warning("%s The gate is off in this process, which runs SGLang %s unchanged: %s and "
+                   "sglang.Engine(speculative_disable_batch_threshold=N) are unknown to it; install "
+                   "sglang==%s for them.%s", problem, sglang.__version__, THRESHOLD_FLAG,
+                   hooks.SUPPORTED_SGLANG_VERSIONS[-1], ignored)
+
+
+def _incompatibility(version: str) -> str | None:
+    """Why the gate cannot run on this SGLang, as a sentence, or None."""
+    from sglang_specgate import hooks
+
     try:
-        hooks.check_sglang_version(sglang.__version__)
+        hooks.check_sglang_version(version)
     except hooks.IncompatibleSGLangError as e:
-        raise SystemExit(str(e)) from None
+        return str(e)
     missing = hooks.unresolved_targets()
     if missing:
-        raise SystemExit(
-            "sglang-specgate: these SGLang internals the gate relies on are missing: "
-            + "; ".join(missing)
-            + ". The installed SGLang is incompatible: reinstall sglang=="
-            + hooks.SUPPORTED_SGLANG_VERSIONS[-1]
-            + " or uninstall sglang-specgate."
-        )
-    hooks.register_hooks()
-    _registered = True
-    logger.debug("sglang-specgate: registered %d hooks", len(hooks.HOOKS))
+        return f"sglang-specgate relies on SGLang internals this one lacks: {'; '.join(missing)}."
+    return None
