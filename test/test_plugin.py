@@ -215,7 +215,8 @@ def test_a_gated_launch_on_another_sglang_is_refused_with_the_fix(how, removal, 
     if how == "flag":
         argv += [FLAG, "8"]
     elif how == "env":
-        env, asked = {"SGLANG_SPEC_DISABLE_BATCH_THRESHOLD": "8"}, "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD=8 in the environment"
+        env = {"SGLANG_SPEC_DISABLE_BATCH_THRESHOLD": "8"}
+        asked = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD=8 in the environment"
     else:
         config = tmp_path / "server.yaml"
         config.write_text("speculative-disable-batch-threshold: 8\n")

@@ -42,7 +42,8 @@ def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
     not touch. So the draft stops reading its whole context on every plain step.
     """
     mode = forward_batch.forward_mode
-    seq_lens, seq_lens_cpu, seq_lens_sum = forward_batch.seq_lens, forward_batch.seq_lens_cpu, forward_batch.seq_lens_sum
+    seq_lens, seq_lens_cpu = forward_batch.seq_lens, forward_batch.seq_lens_cpu
+    seq_lens_sum = forward_batch.seq_lens_sum
     if mode.is_target_verify():
         seq_lens = seq_lens + 1
         seq_lens_cpu = None if seq_lens_cpu is None else seq_lens_cpu + 1

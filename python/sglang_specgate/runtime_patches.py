@@ -6,7 +6,8 @@ backend instance's class, grows buffers, and fills fields of SGLang's own record
 those is an entry here (what it touches, why, how, the upstream code it relies on and when it
 can go), and the code makes them only through ``assign``, ``assign_item``, ``shadowed`` and
 ``swap_class``, which refuse a name its entry does not list. test_runtime_patches.py fails on
-any other assignment onto an object that is not ``self``.
+any other attribute assignment outside this module onto an object other than ``self``/``cls``
+or a function or class its module defines.
 
 At start-up (hooks.unresolved_targets, called by plugin.register and the doctor) every name is
 checked on the installed SGLang without a GPU, by the entry's ``check``:
