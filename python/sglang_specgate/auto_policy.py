@@ -85,6 +85,19 @@ class AutoGateCounters:
     decode_cost: float = 0.0  # what every decode step cost, the probes included
     last_decode_batch_size: int = 0
 
+    def record(self, batch_size: int, steps: int, probe: bool, switched: bool, cost: float,
+               probe_extra: float) -> None:
+        """One decode step: ``cost`` what it cost, ``probe_extra`` what a probe cost beyond the
+        step it stood in for."""
+        self.last_decode_batch_size = batch_size
+        self.switches += switched
+        if probe:
+            self.probes += 1
+            self.probe_cost += probe_extra
+        else:
+            self.decode_steps[steps] += 1
+        self.decode_cost += cost
+
 
 class AutoGatePolicy:
     """Decides, once per decode step, how many draft steps that step runs (0: plain)."""
@@ -123,19 +136,9 @@ class AutoGatePolicy:
         was = self.draft_steps
         self.draft_steps, self._streak, self._credit, self._since = state
 
-        c = self.counters
-        c.last_decode_batch_size = decode_batch_size
-        if self.draft_steps != was:
-            c.switches += 1
-        if probe:
-            c.probes += 1
-        else:
-            c.decode_steps[steps] += 1
-        if decode_batch_size:
-            cost = self.costs.cost(steps, decode_batch_size)
-            c.decode_cost += cost
-            if probe:
-                c.probe_cost += cost - self.costs.cost(was, decode_batch_size)
+        cost = self.costs.cost(steps, decode_batch_size) if decode_batch_size else 0.0
+        probe_extra = cost - self.costs.cost(was, decode_batch_size) if probe and decode_batch_size else 0.0
+        self.counters.record(decode_batch_size, steps, probe, self.draft_steps != was, cost, probe_extra)
         return steps
 
     def next_steps(self, decode_batch_size: int) -> int:
