@@ -334,6 +334,15 @@ def test_doctor_passes(eagle_argv):
         in result.stdout
 
 
+def test_doctor_describes_the_auto_gate(eagle_argv):
+    result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "auto",
+                         "--speculative-gate-candidate-steps", "0,1,3"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[ok] effective gate: auto: draft steps chosen per decode step from [0, 1, 3], a move " \
+        "held for 8 steps; its cost table is measured at start-up" in result.stdout
+    assert "[ok] fast off path: triton attention" in result.stdout
+
+
 def test_doctor_warns_where_the_off_path_is_upstreams(eagle_argv):
     result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "16",
                          "--max-running-requests", "64", "--attention-backend", "fa3"])
@@ -374,7 +383,7 @@ def test_doctor_checks_the_threshold_variable_without_server_arguments():
     result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_SPEC_DISABLE_BATCH_THRESHOLD": "lots"})
     assert result.returncode == 1
     assert "[FAIL] SGLANG_SPEC_DISABLE_BATCH_THRESHOLD: SGLANG_SPEC_DISABLE_BATCH_THRESHOLD must be a " \
-        "non-negative integer, got 'lots'." in result.stdout
+        "non-negative integer or 'auto', got 'lots'." in result.stdout
     result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_SPEC_DISABLE_BATCH_THRESHOLD": " 12 "})
     assert "[ok] SGLANG_SPEC_DISABLE_BATCH_THRESHOLD: 12" in result.stdout
 

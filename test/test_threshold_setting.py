@@ -17,6 +17,8 @@ EAGLE = ["--model-path", "/models/target", "--speculative-algorithm", "EAGLE3"]
     (EAGLE + [f"{FLAG}=8"], 8),
     (["serve"] + EAGLE + [FLAG, "8", FLAG, "0"], 0),  # the last one wins, as in argparse
     (EAGLE + [FLAG, "0"], 0),  # 0: never disable, the gate is not asked for
+    (EAGLE + [FLAG, "auto"], "auto"),
+    (EAGLE + [f"{FLAG}=Auto"], "auto"),
     (EAGLE + [FLAG, "lots"], 0),  # not a count: left to a supported SGLang's parser
     ([FLAG], 0),  # no value
     (EAGLE, 0),
@@ -31,6 +33,8 @@ def test_the_environment_asks_only_where_the_command_line_speculates():
     assert requested_before_parsing(EAGLE + [FLAG, "0"], {ENV: "8"}) == ThresholdSetting(0)  # the flag wins
     assert requested_before_parsing(EAGLE + [FLAG, "4"], {ENV: "lots"}) == ThresholdSetting(4)  # env unread
     assert requested_before_parsing(EAGLE, {ENV: ""}) == ThresholdSetting(0)
+    assert requested_before_parsing(EAGLE, {ENV: "auto"}) == ThresholdSetting("auto", from_env=True)
+    assert requested_before_parsing(["--model-path", "m"], {ENV: "auto"}) == ThresholdSetting(0, ignored_env="auto")
 
 
 def test_the_config_file_under_the_command_line(tmp_path):

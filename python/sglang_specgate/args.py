@@ -13,19 +13,21 @@ import dataclasses
 import logging
 import os
 import sys
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Union
 
 from sglang.srt.arg_groups.arg_utils import A, Arg, NS
 from sglang.srt.server_args import ServerArgs
 
+from sglang_specgate.auto_policy import AutoGateConfig
 from sglang_specgate.policy import GateConfig
-from sglang_specgate.threshold_setting import (THRESHOLD_ENV, THRESHOLD_FLAG, ThresholdSetting, parse_count,
-                                               threshold_setting)
+from sglang_specgate.threshold_setting import (AUTO, THRESHOLD_ENV, THRESHOLD_FLAG, ThresholdSetting, parse_count,
+                                               parse_threshold, threshold_setting)
 
 logger = logging.getLogger(__name__)
 
 DWELL_FLAG = "--speculative-gate-dwell-steps"
 REENABLE_FLAG = "--speculative-gate-reenable-threshold"
+CANDIDATES_FLAG = "--speculative-gate-candidate-steps"
 HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
 DEFAULT_DWELL_STEPS = 8
 GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -33,6 +35,8 @@ GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
 # one_token_decode.VERIFIED_BACKENDS); on others, off steps run upstream's steps-0 kernels.
 FAST_OFF_PATH_ATTENTION_BACKENDS = ("triton", "flashinfer")
 FAST_OFF_PATH_FIX = "--attention-backend " + " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS)
+# The decode CUDA-graph backend whose graphs the auto gate's calibration replays.
+FULL_DECODE_GRAPHS = "full"
 
 
 class SpecGateConfigError(ValueError):
@@ -47,27 +51,47 @@ def non_negative_int(value: object, source: str) -> int:
         raise SpecGateConfigError(f"{source} {e}.") from None
 
 
-def _cli_count(text: str) -> int:
-    """argparse ``type=``: argparse prefixes the flag and exits with a usage error."""
-    try:
-        return parse_count(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _argparse_type(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse ``type=`` from a parser raising ValueError: argparse prefixes the flag and
+    exits with a usage error."""
+
+    def parse_for_argparse(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse_for_argparse
+
+
+def parse_candidate_steps(value: object) -> list[int]:
+    """Draft step counts from ``"0,1,3"`` (CLI, YAML, env-style text) or a sequence of counts
+    (an Engine kwarg, or a value resolved before)."""
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, (list, tuple)) and items:
+        try:
+            return [parse_count(item) for item in items]
+        except ValueError:
+            pass
+    raise ValueError(f"must be draft step counts separated by commas, such as 0,1,3; got {value!r}")
 
 
 @dataclasses.dataclass
 class GateServerArgs(ServerArgs):
     speculative_disable_batch_threshold: A[
-        Optional[int],
+        Union[int, str, None],
         Arg(
             help=(
                 "Speculate (EAGLE/EAGLE3) while the decode batch has <= N requests and decode "
                 "plainly while it has more; speculation resumes once the batch has stayed "
                 f"<= the re-enable threshold for {DWELL_FLAG} steps. 0 or unset: never "
-                f"disable. Env: {THRESHOLD_ENV} (an explicit flag, kwarg or YAML value wins). "
-                "Needs --speculative-eagle-topk 1."
+                f"disable. '{AUTO}': each decode step runs the draft steps (0 = plain, up to "
+                "--speculative-num-steps) with the highest expected tokens per second, from a "
+                "cost table measured at start-up and live acceptance. Env: "
+                f"{THRESHOLD_ENV} (an explicit flag, kwarg or YAML value wins). Needs "
+                "--speculative-eagle-topk 1."
             ),
-            type_parser=_cli_count,
+            type_parser=_argparse_type(parse_threshold),
         ),
         NS("spec"),
     ] = None
@@ -78,7 +102,7 @@ class GateServerArgs(ServerArgs):
                 "Consecutive decode steps the batch must stay <= the re-enable threshold "
                 f"before speculation resumes (anti-flapping). Default {DEFAULT_DWELL_STEPS}."
             ),
-            type_parser=_cli_count,
+            type_parser=_argparse_type(parse_count),
         ),
         NS("spec"),
     ] = DEFAULT_DWELL_STEPS
@@ -89,7 +113,19 @@ class GateServerArgs(ServerArgs):
                 "Resume speculation only when the decode batch is <= this many requests "
                 f"(hysteresis), from 1 to {THRESHOLD_FLAG}. Default: that threshold."
             ),
-            type_parser=_cli_count,
+            type_parser=_argparse_type(parse_count),
+        ),
+        NS("spec"),
+    ] = None
+    speculative_gate_candidate_steps: A[
+        Optional[List[int]],
+        Arg(
+            help=(
+                f"With {THRESHOLD_FLAG} {AUTO}: the draft step counts it chooses from, e.g. 0,1,3 "
+                "(0 = plain decoding; each is a runtime state captured at start-up). Default: "
+                "every count from 0 to --speculative-num-steps."
+            ),
+            type_parser=_argparse_type(parse_candidate_steps),
         ),
         NS("spec"),
     ] = None
@@ -114,20 +150,40 @@ class GateServerArgs(ServerArgs):
         reenable = self.speculative_gate_reenable_threshold
         if reenable is not None:
             reenable = non_negative_int(reenable, REENABLE_FLAG)
+        candidates = self.speculative_gate_candidate_steps
+        if candidates is not None:
+            try:
+                candidates = parse_candidate_steps(candidates)
+            except ValueError as e:
+                raise SpecGateConfigError(f"{CANDIDATES_FLAG} {e}.") from None
         if not setting.n:
-            _warn_knobs_without_gate(dwell, reenable, setting)
+            _warn_knobs_without_gate(dwell, reenable, candidates, setting)
+            reenable, candidates = 0, None
+        elif setting.auto:
+            if reenable:  # 0: what SGLang re-resolving resolved args passes back
+                raise SpecGateConfigError(
+                    f"{REENABLE_FLAG} {reenable} does not apply to {setting}: the auto gate has "
+                    f"no threshold to resume below. Drop {REENABLE_FLAG}, or give a threshold N."
+                )
             reenable = 0
-        elif reenable is None:
-            reenable = setting.n
-        elif not 1 <= reenable <= setting.n:
-            raise SpecGateConfigError(
-                f"{REENABLE_FLAG} {reenable} must be from 1 to the threshold ({setting}): "
-                "decode batches hold at least one request, and speculation resumes only at or "
-                "below it. Change it, or leave it unset to resume at the threshold."
-            )
+        else:
+            if candidates is not None:
+                logger.warning("%s %s: no effect with %s; it applies to %s %s only. Drop it, or "
+                               "use %s.", CANDIDATES_FLAG, ",".join(map(str, candidates)), setting,
+                               THRESHOLD_FLAG, AUTO, AUTO)
+                candidates = None
+            if reenable is None:
+                reenable = setting.n
+            elif not 1 <= reenable <= setting.n:
+                raise SpecGateConfigError(
+                    f"{REENABLE_FLAG} {reenable} must be from 1 to the threshold ({setting}): "
+                    "decode batches hold at least one request, and speculation resumes only at or "
+                    "below it. Change it, or leave it unset to resume at the threshold."
+                )
         self.speculative_disable_batch_threshold = setting.n
         self.speculative_gate_dwell_steps = dwell
         self.speculative_gate_reenable_threshold = reenable
+        self.speculative_gate_candidate_steps = candidates
         return setting
 
     def _threshold_setting(self) -> ThresholdSetting:
@@ -137,29 +193,50 @@ class GateServerArgs(ServerArgs):
         was asked for and cannot be done. The raw algorithm is read, before SGLang resolves
         it; SGLang never sets one where none was given."""
         explicit = self.speculative_disable_batch_threshold
-        setting = threshold_setting(None if explicit is None else non_negative_int(explicit, THRESHOLD_FLAG),
+        setting = threshold_setting(None if explicit is None else threshold_value(explicit, THRESHOLD_FLAG),
                                     threshold_from_env, speculates=self.speculative_algorithm is not None)
         if setting.ignored_env:
-            logger.warning("%s=%d in the environment: no effect, this server does not speculate (no "
+            logger.warning("%s=%s in the environment: no effect, this server does not speculate (no "
                            "--speculative-algorithm). Unset it for such servers to drop this warning.",
                            THRESHOLD_ENV, setting.ignored_env)
         return setting
 
+    def gate_is_auto(self) -> bool:
+        return self.speculative_disable_batch_threshold == AUTO
+
     def gate_config(self) -> GateConfig:
+        """The threshold gate's configuration; off (threshold 0) for the auto gate."""
+        threshold = self.speculative_disable_batch_threshold
         return GateConfig(
-            threshold=self.speculative_disable_batch_threshold or 0,
+            threshold=0 if threshold in (None, AUTO) else threshold,
             reenable_threshold=self.speculative_gate_reenable_threshold or 0,
             dwell_steps=self.speculative_gate_dwell_steps,
         )
 
+    def auto_gate_config(self) -> AutoGateConfig:
+        """The auto gate's configuration (resolved args of a server with the auto gate)."""
+        candidates = self.speculative_gate_candidate_steps
+        if candidates is None:
+            candidates = range(self.speculative_num_steps + 1)
+        return AutoGateConfig(candidates=tuple(sorted(candidates)), dwell_steps=self.speculative_gate_dwell_steps)
 
-def threshold_from_env() -> Optional[int]:
-    """SGLANG_SPEC_DISABLE_BATCH_THRESHOLD as a count, or None where it is unset or empty."""
+
+def threshold_value(value: object, source: str) -> int | str:
+    """``parse_threshold`` with errors that name ``source`` (a flag, kwarg or env variable)."""
+    try:
+        return parse_threshold(value)
+    except ValueError as e:
+        raise SpecGateConfigError(f"{source} {e}.") from None
+
+
+def threshold_from_env() -> int | str | None:
+    """SGLANG_SPEC_DISABLE_BATCH_THRESHOLD as a threshold, or None where it is unset or empty."""
     value = os.environ.get(THRESHOLD_ENV, "").strip()
-    return non_negative_int(value, THRESHOLD_ENV) if value else None
+    return threshold_value(value, THRESHOLD_ENV) if value else None
 
 
-def _warn_knobs_without_gate(dwell: int, reenable: Optional[int], setting: ThresholdSetting) -> None:
+def _warn_knobs_without_gate(dwell: int, reenable: Optional[int], candidates: Optional[list[int]],
+                             setting: ThresholdSetting) -> None:
     """The gate's other knobs set while it is off: said, not silently ignored. Compared with what
     an unset knob resolves to, so SGLang re-resolving resolved args (dataclasses.replace, as its
     Ray engine does) adds no warning of its own."""
@@ -168,6 +245,8 @@ def _warn_knobs_without_gate(dwell: int, reenable: Optional[int], setting: Thres
         ignored.append(f"{DWELL_FLAG} {dwell}")
     if reenable:  # unset, or 0: what an off gate resolves it to
         ignored.append(f"{REENABLE_FLAG} {reenable}")
+    if candidates is not None:
+        ignored.append(f"{CANDIDATES_FLAG} {','.join(map(str, candidates))}")
     if not ignored:
         return
     them = "it" if len(ignored) == 1 else "them"
@@ -240,7 +319,6 @@ def validate_gate_combination(args: ServerArgs, setting: ThresholdSetting,
                               drafting_chosen_by_sglang: bool = False) -> None:
     """Reject what the gate cannot run and warn where it could never fire (resolved args).
     ``drafting_chosen_by_sglang``: no drafting parameter was given, so SGLang chose them."""
-    n = setting.n
     algorithm = args.speculative_algorithm
     if algorithm not in GATED_ALGORITHMS:
         raise SpecGateConfigError(
@@ -266,14 +344,10 @@ def validate_gate_combination(args: ServerArgs, setting: ThresholdSetting,
                 f"Change one of the two ({setting.removal} to run without the gate)."
             )
 
-    max_running = args.max_running_requests
-    if max_running is not None and n >= max_running:
-        logger.warning(
-            "%s never fires: decode batches hold at most --max-running-requests %d "
-            "requests (SGLang defaults it to 48 under speculation). Raise "
-            "--max-running-requests above %d or lower the threshold.",
-            setting, max_running, n,
-        )
+    if setting.auto:
+        _validate_auto_gate(args, setting)
+    else:
+        _warn_where_the_threshold_cannot_act(args, setting)
     slow = slow_off_path_backends(args)
     if slow:
         logger.warning(
@@ -282,6 +356,41 @@ def validate_gate_combination(args: ServerArgs, setting: ThresholdSetting,
             "plain server at 64 requests). Start with %s for the fast off path.",
             setting, " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS), "; ".join(slow),
             FAST_OFF_PATH_FIX,
+        )
+
+
+def _validate_auto_gate(args: ServerArgs, setting: ThresholdSetting) -> None:
+    decode_graphs = _decode_graph_backend(args)
+    if decode_graphs != FULL_DECODE_GRAPHS:
+        raise SpecGateConfigError(
+            f"{setting} measures each draft step count's cost by replaying its full decode CUDA "
+            f"graphs at start-up, and this server's decode graphs are {decode_graphs}. Start with "
+            f"--cuda-graph-backend-decode {FULL_DECODE_GRAPHS} (and without --disable-cuda-graph), "
+            f"or give {THRESHOLD_FLAG} a number N."
+        )
+    try:
+        config = args.auto_gate_config()
+    except ValueError as e:
+        raise SpecGateConfigError(f"{CANDIDATES_FLAG} {e}.") from None
+    steps = args.speculative_num_steps
+    if config.candidates[-1] > steps:
+        raise SpecGateConfigError(
+            f"{CANDIDATES_FLAG} {','.join(map(str, config.candidates))} goes beyond "
+            f"--speculative-num-steps {steps}, which sizes the draft buffers. Raise "
+            f"--speculative-num-steps to {config.candidates[-1]} (with --speculative-num-draft-tokens "
+            f"{config.candidates[-1] + 1}), or drop the larger counts."
+        )
+
+
+def _warn_where_the_threshold_cannot_act(args: ServerArgs, setting: ThresholdSetting) -> None:
+    n = setting.n
+    max_running = args.max_running_requests
+    if max_running is not None and n >= max_running:
+        logger.warning(
+            "%s never fires: decode batches hold at most --max-running-requests %d "
+            "requests (SGLang defaults it to 48 under speculation). Raise "
+            "--max-running-requests above %d or lower the threshold.",
+            setting, max_running, n,
         )
     graph_max_bs = _largest_decode_graph_batch(args)
     if graph_max_bs is not None and n > graph_max_bs:
@@ -306,6 +415,11 @@ def slow_off_path_backends(args: ServerArgs) -> list[str]:
     if draft and draft not in FAST_OFF_PATH_ATTENTION_BACKENDS:
         return target + [f"--speculative-draft-attention-backend {draft}"]
     return target
+
+
+def _decode_graph_backend(args: ServerArgs) -> Optional[str]:
+    """What resolution made of --cuda-graph-backend-decode, --disable-cuda-graph and the rest."""
+    return getattr(getattr(getattr(args, "cuda_graph_config", None), "decode", None), "backend", None)
 
 
 def _largest_decode_graph_batch(args: ServerArgs) -> Optional[int]:

@@ -90,10 +90,16 @@ def run(server_argv: list[str]) -> int:
                 report(False, "server arguments resolve", f"{type(e).__name__}: {e}")
             else:
                 cfg = args.gate_config()
-                report(True, "effective gate", f"threshold {cfg.threshold}, re-enable <= "
-                       f"{cfg.reenable_threshold} after {cfg.dwell_steps} steps"
-                       if cfg.enabled else "off (threshold 0)")
-                if cfg.enabled:
+                if args.gate_is_auto():
+                    auto = args.auto_gate_config()
+                    report(True, "effective gate", f"auto: draft steps chosen per decode step from "
+                           f"{list(auto.candidates)}, a move held for {auto.dwell_steps} steps; "
+                           "its cost table is measured at start-up")
+                else:
+                    report(True, "effective gate", f"threshold {cfg.threshold}, re-enable <= "
+                           f"{cfg.reenable_threshold} after {cfg.dwell_steps} steps"
+                           if cfg.enabled else "off (threshold 0)")
+                if cfg.enabled or args.gate_is_auto():
                     slow = slow_off_path_backends(args)
                     if slow:
                         report(False, "fast off path", f"not with {'; '.join(slow)}: off steps run "

@@ -15,11 +15,22 @@ from typing import Optional
 
 THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
 THRESHOLD_ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
+# The threshold's other value: the gate chooses each decode step's draft steps itself (auto_policy.py).
+AUTO = "auto"
 ALGORITHM_FLAG = "--speculative-algorithm"
 CONFIG_FLAG = "--config"
 
 # Not str.isdigit, which takes "²" and other Unicode digits int() rejects.
 _COUNT = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_threshold(value: object) -> int | str:
+    """A threshold: ``AUTO`` (any case, surrounding blanks ignored) or what ``parse_count`` takes."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if isinstance(value, str) and not _COUNT.fullmatch(value.strip()):
+        raise ValueError(f"must be a non-negative integer or {AUTO!r}, got {value!r}")
+    return parse_count(value)
 
 
 def parse_count(value: object) -> int:
@@ -39,13 +50,14 @@ def parse_count(value: object) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class ThresholdSetting:
-    """The resolved threshold and where it came from, so that messages name what was set."""
+    """The resolved threshold (a count, or ``AUTO``) and where it came from, so that messages
+    name what was set. Truthy ``n``: the gate is asked for."""
 
-    n: int
+    n: int | str
     from_env: bool = False
     # The environment's threshold where it is ignored (n is then 0): an image-wide environment
     # meeting a server that does not speculate. 0 where nothing was ignored.
-    ignored_env: int = 0
+    ignored_env: int | str = 0
     # The --config file the value came from, where that is known (before SGLang merges it).
     config: Optional[str] = None
 
@@ -57,6 +69,10 @@ class ThresholdSetting:
         return f"{THRESHOLD_FLAG} {self.n}"
 
     @property
+    def auto(self) -> bool:
+        return self.n == AUTO
+
+    @property
     def removal(self) -> str:
         if self.from_env:
             return f"unset {THRESHOLD_ENV}"
@@ -65,7 +81,7 @@ class ThresholdSetting:
         return f"drop {THRESHOLD_FLAG}"
 
 
-def threshold_setting(explicit: Optional[int], from_env: Callable[[], Optional[int]], speculates: bool,
+def threshold_setting(explicit: int | str | None, from_env: Callable[[], int | str | None], speculates: bool,
                       config: Optional[str] = None) -> ThresholdSetting:
     """An explicit value wins, and leaves the environment unread. An environment set for every
     server (a container image's) leaves one that does not speculate ungated (``ignored_env``):
@@ -83,7 +99,7 @@ def threshold_setting(explicit: Optional[int], from_env: Callable[[], Optional[i
 def requested_before_parsing(argv: list[str], environ: Mapping[str, str]) -> ThresholdSetting:
     """What a process's command line, the ``--config`` YAML it names and its environment ask
     for, read as SGLang will merge them (config values under the command line's, last one
-    wins) but without its parser: flags written out in full, values that are not counts taken
+    wins) but without its parser: flags written out in full, values that are not thresholds taken
     as unset (a supported SGLang's parser refuses those later)."""
     config = _config_path(argv)
     from_config = _config_tokens(config) if config else []
@@ -91,16 +107,16 @@ def requested_before_parsing(argv: list[str], environ: Mapping[str, str]) -> Thr
     in_config = _last_value(from_config, THRESHOLD_FLAG)
     explicit = given if given is not None else in_config
     return threshold_setting(
-        _count_or_none(explicit),
-        lambda: _count_or_none(environ.get(THRESHOLD_ENV, "").strip() or None),
+        _threshold_or_none(explicit),
+        lambda: _threshold_or_none(environ.get(THRESHOLD_ENV, "").strip() or None),
         speculates=_last_value(from_config + argv, ALGORITHM_FLAG) is not None,
         config=config if given is None and in_config is not None else None,
     )
 
 
-def _count_or_none(value: Optional[str]) -> Optional[int]:
+def _threshold_or_none(value: Optional[str]) -> int | str | None:
     try:
-        return None if value is None else parse_count(value)
+        return None if value is None else parse_threshold(value)
     except ValueError:
         return None
 
