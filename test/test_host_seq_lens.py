@@ -240,7 +240,7 @@ def gated_worker(disaggregation_mode="null", needs_host_lengths=(False, True, Fa
     worker._draft_worker = SimpleNamespace(init_attention_backends=lambda: None, draft_attn_backend=draft,
                                            draft_extend_attn_backend=draft_extend)
     worker.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(POOL, 64, dtype=torch.int32))
-    worker.gate = gate_off_above()
+    worker.gate_params = gate_off_above()
     return worker
 
 
@@ -263,7 +263,7 @@ def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths
     assert (host_seq_lens.mirror is not None) is installed
     if installed:
         assert host_seq_lens.mirror.known.shape == (POOL,)  # a slot per request-pool row
-        assert host_seq_lens.mirror.step_speculates == worker.gate.speculates_next
+        assert host_seq_lens.mirror.step_speculates == worker.gate_params.speculates_next
 
 
 @pytest.mark.parametrize("mode, steps, accepted, known", [

@@ -11,7 +11,7 @@ from sglang.srt.managers.io_struct import GetInternalStateReqOutput
 from sglang_specgate import host_seq_lens
 from sglang_specgate.observability import SwitchLog, add_gate_state, export_gate_metrics
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
-from sglang_specgate.worker import GatedEAGLEWorkerV2, GatePolicyParams
+from sglang_specgate.worker import GatedEAGLEWorkerV2, ThresholdGateParams
 
 
 class StandInWorker(SimpleNamespace):
@@ -20,9 +20,9 @@ class StandInWorker(SimpleNamespace):
 
 def gated_scheduler(threshold=4):
     gate = SpecGatePolicy(GateConfig(threshold, threshold, 0))
-    worker = StandInWorker(gate=gate, fast_off_path=True, off_draft_extend="kv-only",
-                           skips_off_draft_extend=False, gate_params=GatePolicyParams(gate, 3),
-                           deferred_draft_kv=None)
+    worker = StandInWorker(fast_off_path=True, off_draft_extend="kv-only", skips_off_draft_extend=False,
+                           gate_params=ThresholdGateParams(gate, 3), deferred_draft_kv=None,
+                           adaptive_controller=SimpleNamespace(states_built=None))
     return SimpleNamespace(draft_worker=worker), gate
 
 
@@ -35,7 +35,7 @@ def test_internal_state_carries_the_gate(monkeypatch):
     assert result.internal_state["spec_gate"] == {
         "active": False, "threshold": 4, "reenable_threshold": 4, "dwell_steps": 0,
         "decode_steps_spec": 1, "decode_steps_plain": 2, "switches": 1,
-        "last_decode_batch_size": 9, "fast_off_path": True, "off_draft_extend": "kv-only",
+        "last_decode_batch_size": 9, "states_built": None, "fast_off_path": True, "off_draft_extend": "kv-only",
         "deferred_draft_kv": None, "reenable_acceptance": {"reenables": 0, "recent": []},
         "host_seq_lens": None,
     }
@@ -62,12 +62,14 @@ def test_prometheus_metrics_follow_the_counters():
         gate.step(bs)
         export_gate_metrics(None, reporter, True)
     assert sample("sglang:spec_gate_active") == 1
+    assert sample("sglang:spec_gate_draft_steps") == 3
     assert sample("sglang:spec_gate_switches_total") == 2
     assert sample("sglang:spec_gate_decode_steps_total", mode="spec") == 2
     assert sample("sglang:spec_gate_decode_steps_total", mode="plain") == 2
     gate.step(10)
     export_gate_metrics(None, reporter, True)
     assert sample("sglang:spec_gate_active") == 0
+    assert sample("sglang:spec_gate_draft_steps") == 0
     assert sample("sglang:spec_gate_switches_total") == 3
 
     silent = SimpleNamespace(current_scheduler_metrics_enabled=False, scheduler=scheduler)

@@ -25,7 +25,7 @@ from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import (
     GateController,
     GatedEAGLEWorkerV2,
-    GatePolicyParams,
+    ThresholdGateParams,
     select_worker_class,
 )
 
@@ -69,7 +69,7 @@ class StandInWorker:
 def controller(threshold=8, dwell=0):
     worker = StandInWorker(steps=3)
     policy = SpecGatePolicy(GateConfig(threshold, threshold, dwell))
-    ctrl = GateController(worker, GatePolicyParams(policy, worker.speculative_num_steps))
+    ctrl = GateController(worker, ThresholdGateParams(policy, worker.speculative_num_steps))
     ctrl.register(StandInState(3))  # as EAGLEWorkerV2.init_cuda_graphs registers the running state
     ctrl.init_states(cuda_graph_bs=[1, 2, 4, 8, 16])
     return worker, ctrl, policy
@@ -101,7 +101,7 @@ def test_acceptance_feedback_never_moves_the_gate():
 
 def test_switch_lines_are_logged_on_switches_only(caplog):
     now = [0.0]
-    params = GatePolicyParams(SpecGatePolicy(GateConfig(8, 4, 0)), 3, SwitchLog(interval_s=0, clock=lambda: now[0]))
+    params = ThresholdGateParams(SpecGatePolicy(GateConfig(8, 4, 0)), 3, SwitchLog(interval_s=0, clock=lambda: now[0]))
     with caplog.at_level(logging.INFO, logger="sglang_specgate"):
         for bs in (2, 9, 9, 6, 3, 3):
             now[0] += 1
@@ -115,7 +115,7 @@ def test_switch_lines_are_logged_on_switches_only(caplog):
 def test_verify_results_are_paired_with_their_decisions_in_launch_order():
     # Overlap scheduling: the result of step i is processed after step i+1 was decided.
     policy = SpecGatePolicy(GateConfig(4, 4, 0))
-    params = GatePolicyParams(policy, speculative_steps=3)
+    params = ThresholdGateParams(policy, speculative_steps=3)
     decided = [params.get_steps_for_batch(2)]
     for bs, previous_result in [(2, [2, 2]), (9, [2, 2]), (9, [0] * 9), (2, [0] * 9)]:
         decided.append(params.get_steps_for_batch(bs))

@@ -86,10 +86,14 @@ HOOKS: tuple[Hook, ...] = (
         kind="AFTER",
         implementation="sglang_specgate.worker:select_worker_class",
         why="The gate lives in the EAGLE worker: it picks speculative or plain decoding per "
-        "decode step and owns the fast off path.",
+        "decode step (with auto, how many draft steps) and owns the fast off path.",
         how="When the threshold is set and SGLang picked EAGLEWorkerV2, return "
         "GatedEAGLEWorkerV2 (a subclass); when SGLang picked any other worker, raise, so a "
-        "server asked for the gate never runs without it. While upstream builds the "
+        "server asked for the gate never runs without it. Its controller (upstream's "
+        "AdaptiveController with the gate's params, controller_params.py) builds a state per "
+        "draft step count the gate can choose (the server's and 0; with auto, every candidate) "
+        "and, with auto, times each state's captured graphs at every decode batch size and "
+        "takes rank 0's table (step_cost_calibration.py). While upstream builds the "
         "steps-0 state, it gives that state's attention backends decode kernels for one-token "
         "forwards (one_token_decode.py) and captures its draft extend one token wide, writing "
         "only the draft's KV cache (kv_only_draft.py) at the sizes of several decode steps; "
@@ -108,7 +112,12 @@ HOOKS: tuple[Hook, ...] = (
         upstream="srt/speculative/spec_info.py:284-298 (create_worker), "
         "speculative/eagle_worker_v2.py:1007 (EAGLEWorkerV2), :1299-1375 "
         "(build_adaptive_runtime_state), :339 (_capture_cuda_graphs), :1377-1422 "
-        "(apply_runtime_state: its log line and override); runtime_context.py:902 (the override "
+        "(apply_runtime_state: its log line and override), :1072-1101 (init_cuda_graphs: "
+        "register, then init_states); speculative/adaptive_runtime_state.py:94-115 (init_states "
+        "builds every candidate, then activates the server's steps), :18-43 (SpecRuntimeState's "
+        "runners); model_executor/runner_backend/full_cuda_graph_backend.py:58, :123-130 "
+        "(_graphs by ShapeKey, replay); distributed/parallel_state.py:1414 (broadcast_object); "
+        "runtime_context.py:902 (the override "
         "log's append), :934 (resolved_server_args_dict overlays it in order), "
         "speculative/draft_worker_common.py:111-112 (so does the draft's copy); "
         "model_executor/model_runner.py:1226 (_get_attention_backend), :763-767 "

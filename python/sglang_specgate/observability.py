@@ -32,8 +32,9 @@ def add_gate_state(result, scheduler, *args, **kwargs):
 
 
 class GateMetrics:
-    """``sglang:spec_gate_active``, ``sglang:spec_gate_switches_total`` and
-    ``sglang:spec_gate_decode_steps_total{mode}``, fed from the policy's counters."""
+    """``sglang:spec_gate_active``, ``sglang:spec_gate_draft_steps``,
+    ``sglang:spec_gate_switches_total`` and ``sglang:spec_gate_decode_steps_total{mode}``, fed
+    from the gate's readings (controller_params)."""
 
     def __init__(self, labels: dict[str, str]):
         from prometheus_client import Counter, Gauge
@@ -42,6 +43,10 @@ class GateMetrics:
         self.labels = labels
         self.active = Gauge(
             "sglang:spec_gate_active", "1 while the gate lets decode steps speculate, else 0.",
+            labelnames=names, multiprocess_mode="mostrecent",
+        )
+        self.draft_steps = Gauge(
+            "sglang:spec_gate_draft_steps", "Draft steps per decode step the gate runs now (0: plain).",
             labelnames=names, multiprocess_mode="mostrecent",
         )
         self.switches = Counter(
@@ -54,15 +59,16 @@ class GateMetrics:
         )
         self._reported = {"switches": 0, "decode_steps_spec": 0, "decode_steps_plain": 0}
 
-    def update(self, policy) -> None:
-        """Read the policy's counters directly: this runs once per decode step."""
-        self.active.labels(**self.labels).set(1 if policy.speculating else 0)
-        counters = policy.counters
-        for name, total, counter, extra in (
-            ("switches", counters.switches, self.switches, {}),
-            ("decode_steps_spec", counters.decode_steps_spec, self.decode_steps, {"mode": "spec"}),
-            ("decode_steps_plain", counters.decode_steps_plain, self.decode_steps, {"mode": "plain"}),
+    def update(self, readings: dict) -> None:
+        """This runs once per decode step."""
+        self.active.labels(**self.labels).set(1 if readings["draft_steps"] else 0)
+        self.draft_steps.labels(**self.labels).set(readings["draft_steps"])
+        for name, counter, extra in (
+            ("switches", self.switches, {}),
+            ("decode_steps_spec", self.decode_steps, {"mode": "spec"}),
+            ("decode_steps_plain", self.decode_steps, {"mode": "plain"}),
         ):
+            total = readings[name]
             if total > self._reported[name]:
                 counter.labels(**self.labels, **extra).inc(total - self._reported[name])
                 self._reported[name] = total
@@ -80,7 +86,7 @@ def export_gate_metrics(result, reporter, *args, **kwargs):
     if metrics is None:
         metrics = GateMetrics(reporter.metrics_collector.labels)
         assign(GATE_METRICS_SLOT, reporter, _spec_gate_metrics=metrics)
-    metrics.update(worker.gate)
+    metrics.update(worker.gate_params.readings())
     return result
 
 
@@ -95,16 +101,21 @@ class SwitchLog:
         self._suppressed = 0
 
     def switched(self, speculating: bool, decode_batch_size: int, threshold: int) -> None:
+        """The threshold gate turned speculation on or off."""
+        state, relation = ("on", "<=") if speculating else ("off", ">")
+        self._log("spec gate: speculation %s (decode batch %d %s %d)",
+                  state, decode_batch_size, relation, threshold)
+
+    def chose_steps(self, was: int, steps: int, decode_batch_size: int) -> None:
+        """The auto gate moved to another number of draft steps."""
+        self._log("spec gate (auto): %d -> %d draft steps (decode batch %d)", was, steps, decode_batch_size)
+
+    def _log(self, message: str, *args) -> None:
         now = self.clock()
         if self._last is not None and now - self._last < self.interval_s:
             self._suppressed += 1
             return
-        state = "on" if speculating else "off"
-        relation = "<=" if speculating else ">"
         suppressed = f" ({self._suppressed} more switches not logged)" if self._suppressed else ""
-        logger.info(
-            "spec gate: speculation %s (decode batch %d %s %d)%s",
-            state, decode_batch_size, relation, threshold, suppressed,
-        )
+        logger.info(message + "%s", *args, suppressed)
         self._last = now
         self._suppressed = 0

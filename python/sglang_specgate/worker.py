@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import deque
+import time
 from types import SimpleNamespace
+
+import torch
 
 from sglang.srt.environ import envs
 from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
@@ -45,22 +47,19 @@ from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate import host_seq_lens
 from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError, host_seq_lens_enabled
+from sglang_specgate.controller_params import PLAIN_STEPS, AutoGateParams, ThresholdGateParams
 from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture_write_sizes, why_not_deferred
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
-from sglang_specgate.observability import SwitchLog
 from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
-from sglang_specgate.reenable import ReenableAcceptance
 from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, TARGET_BACKEND_FACTORY,
                                              assign, shadowed)
 from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream_switch_line
+from sglang_specgate.step_cost_calibration import calibrate, cuda_graph_time
 
 logger = logging.getLogger(__name__)
 
-PLAIN_STEPS = 0  # upstream's steps-0 state: no drafting, one-token verify
-# A bound, not a tuning knob: at most one step is in flight under the overlap scheduler.
-MAX_STEPS_IN_FLIGHT = 4
 GRAPH_WIDTH_OVERRIDE = "spec_gate.one_token_draft_extend_graph"  # provenance in ServerArgs.override
 
 
@@ -92,58 +91,52 @@ def warn_if_off_state_skips_draft_extend() -> bool:
     return skipped
 
 
-class GatePolicyParams:
-    """The policy in the shape ``AdaptiveController`` calls (its ``params`` object)."""
-
-    def __init__(self, policy: SpecGatePolicy, speculative_steps: int, switch_log: SwitchLog | None = None):
-        self.policy = policy
-        self.speculative_steps = speculative_steps
-        self.candidate_steps = [self.speculative_steps, PLAIN_STEPS]
-        self.switch_log = switch_log or SwitchLog()
-        self.reenable_acceptance = ReenableAcceptance()
-        # Decisions of launched decode steps whose verify results are not processed yet:
-        # with the overlap scheduler a result arrives after the next step was decided, but
-        # results arrive in launch order, one per decode step (batch_result_processor.py:651).
-        self._unverified = deque(maxlen=MAX_STEPS_IN_FLIGHT)
-
-    def get_steps_for_batch(self, batch_size: int) -> int:
-        switches = self.policy.counters.switches
-        speculate = self.policy.step(batch_size)
-        if self.policy.counters.switches != switches:
-            self.switch_log.switched(speculate, batch_size, self.policy.config.threshold)
-        self._unverified.append(speculate)
-        return self.speculative_steps if speculate else PLAIN_STEPS
-
-    def on_verify_complete(self, num_correct_drafts_per_req, batch_size) -> None:
-        # The gate's decisions depend on batch size only; acceptance is only observed.
-        if not self._unverified:
-            return
-        speculated = self._unverified.popleft()
-        if num_correct_drafts_per_req:
-            accept_length = 1 + sum(num_correct_drafts_per_req) / len(num_correct_drafts_per_req)
-            self.reenable_acceptance.record(speculated, accept_length)
-
-    def set_cuda_graph_bs(self, cuda_graph_bs) -> None:
-        pass
-
-    def cuda_graph_bs_for_step(self, step: int):
-        return None  # capture every decode graph size for both states
-
-
 class GateController(AdaptiveController):
-    def __init__(self, worker, params: GatePolicyParams):
+    """Upstream's controller with the gate's params; it builds every candidate's state at
+    start-up and, for the auto gate, then measures what a step of each costs."""
+
+    def __init__(self, worker, params: ThresholdGateParams | AutoGateParams, broadcast_from_rank0=None,
+                 time_replays=cuda_graph_time):
         super().__init__(worker)  # builds upstream's default EMA params, replaced here
         self.params = params
+        self.broadcast_from_rank0 = broadcast_from_rank0
+        self.time_replays = time_replays
+        self.states_built: dict | None = None  # what the extra states cost to build, for /server_info
+
+    def init_states(self, cuda_graph_bs=None) -> None:
+        started, free = time.perf_counter(), _free_gpu_bytes()
+        super().init_states(cuda_graph_bs)
+        # Reported, never decided on: ranks' clocks and memory differ.
+        self.states_built = {"states": sorted(self._states), "seconds": time.perf_counter() - started,
+                             "gpu_bytes": None if free is None else free - _free_gpu_bytes()}
+        logger.info("spec gate: built the states for draft steps %s in %.1f s (%s GPU bytes)",
+                    self.states_built["states"], self.states_built["seconds"], self.states_built["gpu_bytes"])
+        if isinstance(self.params, AutoGateParams):
+            started = time.perf_counter()
+            states = {k: self._states[k] for k in self.params.candidate_steps}
+            costs = calibrate(states, self.broadcast_from_rank0, self.time_replays)
+            self.params.calibrated(costs, time.perf_counter() - started)
+            logger.info("spec gate (auto): measured the step cost table in %.1f s: %s",
+                        self.params.calibration_s, costs.to_json())
+
+
+def _free_gpu_bytes() -> int | None:
+    return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
 
 
 class GatedEAGLEWorkerV2(EAGLEWorkerV2):
     def __init__(self, server_args, *args, **kwargs):
         super().__init__(server_args, *args, **kwargs)
-        self.gate = SpecGatePolicy(server_args.gate_config())
-        self.gate_params = GatePolicyParams(self.gate, self.speculative_num_steps)
+        if server_args.gate_is_auto():
+            self.gate_params = AutoGateParams(server_args.auto_gate_config())
+        else:
+            self.gate_params = ThresholdGateParams(SpecGatePolicy(server_args.gate_config()),
+                                                   self.speculative_num_steps)
+        tp_group = self._target_worker.model_runner.tp_group
         # Set before the scheduler calls init_cuda_graphs, which registers the speculative
-        # state and builds the steps-0 state through build_adaptive_runtime_state.
-        self.adaptive_controller = GateController(self, self.gate_params)
+        # state and builds the others through build_adaptive_runtime_state.
+        self.adaptive_controller = GateController(
+            self, self.gate_params, lambda table: tp_group.broadcast_object(table, src=0))
         mute_upstream_switch_line()  # the gate logs its switches itself, rate-limited
         self.fast_off_path = None  # known once the steps-0 state is built
         self.off_draft_extend = None  # kv_only_draft's FULL, KV_ONLY or KV_STORE, known then too
@@ -157,19 +150,20 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         self._draft_extend_whole_prompt = self._draft_worker._draft_extend_for_prefill
         assign(DRAFT_EXTEND_ROUTING, self._draft_worker, _draft_extend_for_decode=self._draft_extend_for_decode,
                _draft_extend_for_prefill=self._draft_extend_for_prefill)
-        logger.info(
-            "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
-            "after %d steps <= %d",
-            self.speculative_num_steps,
-            self.gate.config.threshold,
-            self.gate.config.dwell_steps,
-            self.gate.config.reenable_threshold,
-        )
+        if server_args.gate_is_auto():
+            logger.info("spec gate active (auto): draft steps chosen per decode step from %s",
+                        self.gate_params.candidate_steps)
+        else:
+            config = self.gate_params.policy.config
+            logger.info("spec gate active: speculate (%d steps) while decode batch <= %d; resume "
+                        "after %d steps <= %d", self.speculative_num_steps, config.threshold,
+                        config.dwell_steps, config.reenable_threshold)
 
     def gate_state(self) -> dict:
         """What /server_info shows under internal_states[i].spec_gate."""
         return {
-            **self.gate.snapshot(),
+            **self.gate_params.snapshot(),
+            "states_built": self.adaptive_controller.states_built,
             "fast_off_path": self.fast_off_path,
             "off_draft_extend": "skipped" if self.skips_off_draft_extend else self.off_draft_extend,
             "deferred_draft_kv": self.deferred_draft_kv.snapshot() if self.deferred_draft_kv else None,
@@ -215,7 +209,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             and self.server_args.disaggregation_mode == "null"
             and decide_needs_cpu_seq_lens(self.server_args, self.spec_v2_attn_backends)
         ):
-            host_seq_lens.install(self.req_to_token_pool.req_to_token.shape[0], self.gate.speculates_next)
+            host_seq_lens.install(self.req_to_token_pool.req_to_token.shape[0], self.gate_params.speculates_next)
 
     def forward_batch_generation(self, batch, on_publish=None, **kwargs):
         mirror = host_seq_lens.mirror

@@ -1,0 +1,134 @@
+"""The gate's policies in the shape SGLang's ``AdaptiveController`` calls (its ``params``):
+``get_steps_for_batch`` once per decode step, ``on_verify_complete`` once per verify result.
+
+``ThresholdGateParams`` drives the threshold policy (policy.py) between the server's draft steps
+and 0; ``AutoGateParams`` drives the auto policy (auto_policy.py) over its candidates, once the
+cost table is measured (step_cost_calibration.py). Both pair each verify result with the
+decision of the step it verified, and report the same readings to Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sglang_specgate.auto_policy import AutoGateConfig, AutoGatePolicy
+from sglang_specgate.observability import SwitchLog
+from sglang_specgate.policy import SpecGatePolicy
+from sglang_specgate.reenable import ReenableAcceptance
+from sglang_specgate.step_costs import StepCostTable
+from sglang_specgate.threshold_setting import AUTO
+
+PLAIN_STEPS = 0  # upstream's steps-0 state: no drafting, one-token verify
+# A bound, not a tuning knob: at most one step is in flight under the overlap scheduler.
+MAX_STEPS_IN_FLIGHT = 4
+
+
+class LaunchedSteps:
+    """What both policies share: verify results paired with the steps that launched them, the
+    acceptance around off periods, and upstream's graph-size hooks (every size, every state)."""
+
+    def __init__(self, candidate_steps: list[int], switch_log: SwitchLog | None):
+        self.candidate_steps = candidate_steps
+        self.switch_log = switch_log or SwitchLog()
+        self.reenable_acceptance = ReenableAcceptance()
+        # Draft steps of launched decode steps whose verify results are not processed yet:
+        # with the overlap scheduler a result arrives after the next step was decided, but
+        # results arrive in launch order, one per decode step (batch_result_processor.py:651).
+        self._unverified = deque(maxlen=MAX_STEPS_IN_FLIGHT)
+
+    def get_steps_for_batch(self, batch_size: int) -> int:
+        steps = self._decide(batch_size)
+        self._unverified.append(steps)
+        return steps
+
+    def on_verify_complete(self, num_correct_drafts_per_req, batch_size) -> None:
+        if not self._unverified:
+            return
+        steps = self._unverified.popleft()
+        if num_correct_drafts_per_req:
+            self._verified(steps, num_correct_drafts_per_req)
+            accept_length = 1 + sum(num_correct_drafts_per_req) / len(num_correct_drafts_per_req)
+            self.reenable_acceptance.record(steps != PLAIN_STEPS, accept_length)
+
+    def set_cuda_graph_bs(self, cuda_graph_bs) -> None:
+        pass
+
+    def cuda_graph_bs_for_step(self, step: int):
+        return None  # capture every decode graph size for every state
+
+    def _decide(self, batch_size: int) -> int:
+        raise NotImplementedError
+
+    def _verified(self, steps: int, num_correct_drafts_per_req) -> None:
+        """One verify result of a step that ran ``steps`` draft steps."""
+
+
+class ThresholdGateParams(LaunchedSteps):
+    """The threshold gate: the server's draft steps while the policy speculates, else 0."""
+
+    def __init__(self, policy: SpecGatePolicy, speculative_steps: int, switch_log: SwitchLog | None = None):
+        super().__init__([speculative_steps, PLAIN_STEPS], switch_log)
+        self.policy = policy
+        self.speculative_steps = speculative_steps
+
+    def _decide(self, batch_size: int) -> int:
+        switches = self.policy.counters.switches
+        speculate = self.policy.step(batch_size)
+        if self.policy.counters.switches != switches:
+            self.switch_log.switched(speculate, batch_size, self.policy.config.threshold)
+        return self.speculative_steps if speculate else PLAIN_STEPS
+
+    def speculates_next(self, batch_size: int) -> bool:
+        return self.policy.speculates_next(batch_size)
+
+    def snapshot(self) -> dict:
+        return self.policy.snapshot()
+
+    def readings(self) -> dict:
+        c = self.policy.counters
+        return {"draft_steps": self.speculative_steps if self.policy.speculating else PLAIN_STEPS,
+                "switches": c.switches, "decode_steps_spec": c.decode_steps_spec,
+                "decode_steps_plain": c.decode_steps_plain}
+
+
+class AutoGateParams(LaunchedSteps):
+    """The auto gate. Its policy exists once ``calibrated`` gave it the cost table, which the
+    controller measures after building every candidate's state and before the first step."""
+
+    def __init__(self, config: AutoGateConfig, switch_log: SwitchLog | None = None):
+        super().__init__(list(config.candidates), switch_log)
+        self.config = config
+        self.policy: AutoGatePolicy | None = None
+        self.calibration_s: float | None = None
+
+    def calibrated(self, costs: StepCostTable, seconds: float) -> None:
+        self.policy = AutoGatePolicy(self.config, costs)
+        self.calibration_s = seconds
+
+    def _decide(self, batch_size: int) -> int:
+        policy = self.policy
+        was, switches = policy.draft_steps, policy.counters.switches
+        steps = policy.step(batch_size)
+        if policy.counters.switches != switches:
+            self.switch_log.chose_steps(was, policy.draft_steps, batch_size)
+        return steps
+
+    def _verified(self, steps: int, num_correct_drafts_per_req) -> None:
+        if steps != PLAIN_STEPS:
+            self.policy.record_verify(steps, num_correct_drafts_per_req)
+
+    def speculates_next(self, batch_size: int) -> bool:
+        return self.policy.speculates_next(batch_size)
+
+    def snapshot(self) -> dict:
+        calibration = {"calibration_s": self.calibration_s}
+        if self.policy is None:  # before start-up finished
+            return {"threshold": AUTO, "candidates": list(self.config.candidates), **calibration}
+        return {"threshold": AUTO, **self.policy.snapshot(), **calibration}
+
+    def readings(self) -> dict:
+        c = self.policy.counters
+        plain = c.decode_steps[PLAIN_STEPS]
+        return {"draft_steps": self.policy.draft_steps, "switches": c.switches,
+                "decode_steps_spec": sum(c.decode_steps.values()) - plain + c.probes,
+                "decode_steps_plain": plain}
