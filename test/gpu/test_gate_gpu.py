@@ -293,6 +293,30 @@ def test_prometheus_metrics(sampled_results, gated):
     assert metric_total(text, "sglang:spec_gate_active") == (1 if state["active"] else 0)
 
 
+def test_auto_gate_measures_its_costs_and_keeps_greedy_outputs(start_server, servers, designed_greedy):
+    # Alone on the GPU, so its calibration times its graphs without another server's load.
+    for server in servers:
+        server.stop()
+    auto = start_server("auto", spec=True, extra=("--speculative-disable-batch-threshold", "auto",
+                                                  "--enable-metrics"))
+    try:
+        mismatched = mismatches(greedy_run(auto, prompts()), designed_greedy)
+        state = auto.gate_state()
+        metrics = auto.get("/metrics")
+    finally:
+        auto.stop()
+    print("auto gate state after the greedy run:", json.dumps(state))  # the figures, with -s
+    assert not mismatched, f"auto differs from the designed output: {mismatched[:20]}"
+    assert state["threshold"] == "auto" and state["candidates"] == [0, 1, 2, 3]
+    table = state["cost_table"]
+    assert table["batch_sizes"] and all(c > 0 for row in table["costs"].values() for c in row)
+    # A step verifying four tokens a request costs more than one verifying one, at every size.
+    assert all(s > p for s, p in zip(table["costs"]["3"], table["costs"]["0"])), table
+    assert state["calibration_s"] > 0 and state["states_built"]["states"] == [0, 1, 2, 3]
+    assert sum(state["decode_steps"].values()) + state["probes"] > 0
+    assert metric_total(metrics, "sglang:spec_gate_draft_steps") == state["draft_steps"]
+
+
 def tensor_parallel_size() -> int:
     """Every visible GPU, rounded down to a power of two up to 8 (the pair's 8 KV heads must
     split evenly): 2 on the 2-GPU host, 8 on the 8-GPU one, 0 without CUDA."""
