@@ -13,6 +13,8 @@ pytestmark = pytest.mark.usefixtures("plugins_loaded", "clean_env")
 FLAG = "--speculative-disable-batch-threshold"
 ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
 HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
+CANDIDATES = "--speculative-gate-candidate-steps"
+REENABLE = "--speculative-gate-reenable-threshold"
 
 
 def parse(argv):
@@ -252,6 +254,31 @@ BAD_CLI = [
     # Plain steps' verify input has no draft_probs: SGLang's rejection sampler raises on them.
     ("rejection sampling", [FLAG, "8", "--speculative-use-rejection-sampling"], None,
      [FLAG, "--speculative-use-rejection-sampling", "draft's token distribution"]),
+    # --speculative-disable-batch-threshold auto
+    ("garbage threshold", [FLAG, "sometimes"], None, [FLAG, "non-negative integer or 'auto'", "'sometimes'"]),
+    ("garbage env", [], "automatic", [ENV, "non-negative integer or 'auto'", "'automatic'"]),
+    ("candidates not counts", [FLAG, "auto", CANDIDATES, "0,one"], None,
+     [CANDIDATES, "draft step counts separated by commas", "'0,one'"]),
+    ("candidates empty", [FLAG, "auto", CANDIDATES, ""], None, [CANDIDATES, "draft step counts"]),
+    ("candidates without plain", [FLAG, "auto", CANDIDATES, "1,3"], None,
+     [CANDIDATES, "must hold 0 (plain) and at least one k >= 1"]),
+    ("candidates plain only", [FLAG, "auto", CANDIDATES, "0"], None,
+     [CANDIDATES, "must hold 0 (plain) and at least one k >= 1"]),
+    ("candidates twice", [FLAG, "auto", CANDIDATES, "0,1,1"], None, [CANDIDATES, "distinct"]),
+    ("candidates beyond the steps", [FLAG, "auto", CANDIDATES, "0,5"], None,
+     [f"{CANDIDATES} 0,5 goes beyond --speculative-num-steps 3", "Raise --speculative-num-steps to 5"]),
+    ("re-enable threshold", [FLAG, "auto", REENABLE, "4"], None,
+     [f"{REENABLE} 4 does not apply to {FLAG} auto", f"Drop {REENABLE}"]),
+    ("no decode graphs", [FLAG, "auto", "--cuda-graph-backend-decode", "disabled"], None,
+     [f"{FLAG} auto measures", "decode graphs are disabled", "--cuda-graph-backend-decode full"]),
+    ("breakable decode graphs", [FLAG, "auto", "--cuda-graph-backend-decode", "breakable"], None,
+     [f"{FLAG} auto measures", "decode graphs are breakable"]),
+    ("env auto without decode graphs", ["--disable-decode-cuda-graph"], "auto",
+     [f"{ENV}=auto in the environment measures", "without --disable-cuda-graph"]),
+    ("auto with upstream adaptive", [FLAG, "auto", "--speculative-adaptive"], None,
+     [f"{FLAG} auto cannot be combined with --speculative-adaptive"]),
+    ("auto with trees", [FLAG, "auto", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
+     None, [f"{FLAG} auto: the gate supports chain drafting only"]),
 ]
 
 

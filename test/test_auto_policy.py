@@ -3,10 +3,10 @@
 
 import json
 import math
-import multiprocessing
 import random
 
 import pytest
+from spawned_ranks import broadcast_from_rank0, join_group, run_ranks
 
 from sglang_specgate.acceptance import AcceptanceConfig, AcceptanceEstimate
 from sglang_specgate.auto_policy import AutoGateConfig, AutoGatePolicy
@@ -448,18 +448,19 @@ def test_verify_results_and_batch_sizes_must_be_possible():
 TP_STEPS = 50_000
 
 
-def _tp_rank(rank: int, tables, results) -> None:
-    """One rank: rank 0 measures the table and sends its broadcast form, every rank then runs
+def _tp_rank(rank: int, world_size: int, port: int, results) -> None:
+    """One rank: rank 0 measures the table and broadcasts its JSON form, every rank then runs
     the same load, with verify results a step late as under the overlap scheduler."""
-    if rank == 0:
-        measure = random.Random(30)  # stands in for rank 0's clock: no other rank has it
-        sizes = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-        costs = StepCostTable(sizes, {
-            k: tuple((1 + 0.15 * k + 0.02 * b * (k + 1)) * measure.uniform(0.97, 1.03)
-                     for b in sizes) for k in (0, 1, 2, 3)})
-        tables.put(costs.to_json())
-    else:
-        costs = StepCostTable.from_json(tables.get(timeout=60))
+    import torch.distributed as dist
+
+    join_group(rank, world_size, port)
+    measure = random.Random(30 + rank)  # each rank's own clock; only rank 0's table counts
+    sizes = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+    measured = StepCostTable(sizes, {
+        k: tuple((1 + 0.15 * k + 0.02 * b * (k + 1)) * measure.uniform(0.97, 1.03)
+                 for b in sizes) for k in (0, 1, 2, 3)})
+    costs = StepCostTable.from_json(broadcast_from_rank0(measured.to_json()))
+    dist.destroy_process_group()
     load = random.Random(31)  # the scheduler's batches and the verify results, alike on all ranks
     policy = AutoGatePolicy(
         AutoGateConfig((0, 1, 2, 3), dwell_steps=4, probe_budget=0.03, probe_min_interval=8),
@@ -472,24 +473,11 @@ def _tp_rank(rank: int, tables, results) -> None:
             policy.record_verify(*pending)
         p = 0.15 + 0.8 * (0.5 + 0.5 * math.sin(i / 3000))
         pending = (k, chain(load, p, k, b))
-    results.put((rank, decisions, json.dumps(policy.snapshot(), sort_keys=True)))
+    results.put((rank, (decisions, json.dumps(policy.snapshot(), sort_keys=True))))
 
 
 def test_tensor_parallel_ranks_take_the_same_decisions_from_rank_0s_table():
-    ctx = multiprocessing.get_context("spawn")
-    tables, results = ctx.Queue(), ctx.Queue()
-    ranks = [ctx.Process(target=_tp_rank, args=(rank, tables, results)) for rank in (0, 1)]
-    for proc in ranks:
-        proc.start()
-    try:
-        got = dict((rank, (decisions, snap)) for rank, decisions, snap in
-                   (results.get(timeout=120) for _ in ranks))
-    finally:
-        for proc in ranks:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-    assert [proc.exitcode for proc in ranks] == [0, 0]
+    got = run_ranks(_tp_rank)
     assert len(got[0][0]) == TP_STEPS
     assert got[0] == got[1]
     snap = json.loads(got[0][1])

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import multiprocessing
-import socket
 from types import SimpleNamespace
 
 import pytest
 from sglang.srt.model_executor.runner.shape_key import ShapeKey
 from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
+from spawned_ranks import broadcast_from_rank0, join_group, run_ranks
 
 from sglang_specgate.step_cost_calibration import (STATE_RUNNERS, CalibrationError, calibrate,
                                                    measure_step_costs, runner_graphs, step_replays)
@@ -125,52 +124,30 @@ def test_every_rank_takes_rank_0s_table():
     states = {k: state(k, [1, 2], replayed) for k in (0, 3)}
     sent = []
 
-    def broadcast_from_rank0(text):
+    def rank0_sends_its_own(text):
         sent.append(text)
         return json.dumps({"batch_sizes": [1, 2], "costs": {"0": [1.0, 2.0], "3": [5.0, 6.0]}})
 
-    table = calibrate(states, broadcast_from_rank0, time_replays=summed_cost(graphs_of(states)))
+    table = calibrate(states, rank0_sends_its_own, time_replays=summed_cost(graphs_of(states)))
     assert json.loads(sent[0])["costs"]["3"] == [17.0, 34.0]  # this rank's own measurement went out
     assert table.costs == {0: (1.0, 2.0), 3: (5.0, 6.0)}  # and rank 0's came back
 
 
-def _rank(rank: int, world: int, port: int, queue) -> None:
+def _rank(rank: int, world_size: int, port: int, results) -> None:
     """One tensor-parallel rank: its own (different) clock, the table from rank 0 over gloo."""
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    join_group(rank, world_size, port)
     replayed = []
     states = {k: state(k, [1, 2, 4], replayed) for k in (0, 1, 3)}
     cost = summed_cost(graphs_of(states))
-
-    def broadcast_from_rank0(text):
-        box = [text]
-        dist.broadcast_object_list(box, src=0)  # what GroupCoordinator.broadcast_object does
-        return box[0]
-
     table = calibrate(states, broadcast_from_rank0, time_replays=lambda p: cost(p) * (1 + rank))
-    queue.put((rank, table.to_json(), replayed))
+    results.put((rank, (table.to_json(), replayed)))
     dist.destroy_process_group()
 
 
 def test_two_ranks_replay_the_same_graphs_and_hold_rank_0s_table():
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    with socket.socket() as s:  # a free port for gloo's rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ranks = [ctx.Process(target=_rank, args=(r, 2, port, queue)) for r in range(2)]
-    for p in ranks:
-        p.start()
-    try:
-        results = dict((rank, (table, replayed)) for rank, table, replayed in
-                       (queue.get(timeout=120) for _ in ranks))
-    finally:
-        for p in ranks:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
-    assert [p.exitcode for p in ranks] == [0, 0]
+    results = run_ranks(_rank)
     assert results[0][0] == results[1][0]  # rank 1 measured twice rank 0's costs, and decides on rank 0's
     assert json.loads(results[0][0])["costs"]["0"] == [11.0, 22.0, 44.0]
     # The same graphs in the same order on both ranks: the target's hold the collectives.
