@@ -137,6 +137,9 @@ def test_server_info_and_prometheus_views():
     readings = params.readings()
     assert readings["draft_steps"] == params.policy.draft_steps
     assert readings["decode_steps_spec"] + readings["decode_steps_plain"] == 20
+    # The counters a threshold gate shows too, which sweeps and soaks read from either.
+    assert {k: snapshot[k] for k in readings} == readings
+    assert snapshot["active"] is (readings["draft_steps"] > 0)
 
 
 def test_before_calibration_server_info_names_the_candidates():

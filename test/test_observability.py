@@ -35,7 +35,7 @@ def test_internal_state_carries_the_gate(monkeypatch):
     assert result.internal_state["spec_gate"] == {
         "active": False, "threshold": 4, "reenable_threshold": 4, "dwell_steps": 0,
         "decode_steps_spec": 1, "decode_steps_plain": 2, "switches": 1,
-        "last_decode_batch_size": 9, "states_built": None, "fast_off_path": True, "off_draft_extend": "kv-only",
+        "last_decode_batch_size": 9, "draft_steps": 0, "states_built": None, "fast_off_path": True, "off_draft_extend": "kv-only",
         "deferred_draft_kv": None, "reenable_acceptance": {"reenables": 0, "recent": []},
         "host_seq_lens": None,
     }

@@ -82,7 +82,7 @@ class ThresholdGateParams(LaunchedSteps):
         return self.policy.speculates_next(batch_size)
 
     def snapshot(self) -> dict:
-        return self.policy.snapshot()
+        return {**self.policy.snapshot(), "draft_steps": self.readings()["draft_steps"]}
 
     def readings(self) -> dict:
         c = self.policy.counters
@@ -124,7 +124,9 @@ class AutoGateParams(LaunchedSteps):
         calibration = {"calibration_s": self.calibration_s}
         if self.policy is None:  # before start-up finished
             return {"threshold": AUTO, "candidates": list(self.config.candidates), **calibration}
-        return {"threshold": AUTO, **self.policy.snapshot(), **calibration}
+        readings = self.readings()  # the counters both gates show, for sweeps and soaks
+        return {"threshold": AUTO, "active": readings["draft_steps"] != PLAIN_STEPS, **readings,
+                **self.policy.snapshot(), **calibration}
 
     def readings(self) -> dict:
         c = self.policy.counters
