@@ -5,11 +5,9 @@ target's sampled token or, for the request whose prompt goes on in the next chun
 prompt token (SGLang PR #26329). SGLang 0.5.17 writes the latter as ``tail_tokens[i] = token``.
 On a CUDA tensor PyTorch turns that assignment into a copy from a pageable host scalar followed
 by a stream synchronize, so every prefill batch that ends in a chunk blocks the scheduler until
-the GPU has finished all the work queued before it, and the overlap scheduler loses its lead.
-At 8B and 64 concurrent requests, one prefill batch in five ended in a chunk, and the gated
-server's scheduler spent 15.7 % of its time in that one line
-(benchmark/results/2026-11-30-offcost-8b-2.2-one-split). ``fill_`` with a Python number passes
-the value as a kernel argument instead: no copy, no synchronize.
+the GPU has finished all the work queued before it, and the overlap scheduler loses its lead;
+under load that one line is a large share of the scheduler's time (docs/design.md). ``fill_``
+with a Python number passes the value as a kernel argument instead: no copy, no synchronize.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """While speculation is off, write the draft's KV cache for several decode steps at once.
 
-Each plain step used to replay the one-token draft-extend graph (kv_only_draft.py) for that
-step's tokens alone: a second graph a step, with its own metadata, launch and Python, and the
-draft's weights read again for a few dozen rows. That was most of what being off still cost
-against a plain server (ITL +3-5 % at 8B, benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail).
+Replaying the one-token draft-extend graph (kv_only_draft.py) for each plain step's tokens alone
+costs a second graph a step, with its own metadata, launch and Python, and the draft's weights
+read again for a few dozen rows: most of what being off cost against a plain server without this
+(docs/design.md).
 
 A row's draft KV depends only on what the row brings: its sampled token, the target's hidden
 state, its position and, while off, the one cached entry its attention reads
@@ -15,9 +15,8 @@ writes once every few steps, and a prompt's rows in one replay.
 
 A prefill while off buffers its prompt's rows the same way (defer_prefill), one per token,
 instead of running the draft over the prompt as a forward of its own: the rows need only the
-target's hidden states, the tokens shifted one place, positions and slots. That draft prefill
-was about a fifth of an eager prefill's Python and 5.6 % of its GPU time at 8B
-(benchmark/results/2026-12-01-offcost-8b-2.2-spread, 2026-11-30-offcost-8b-2.2).
+target's hidden states, the tokens shifted one place, positions and slots, and the draft's own
+prefill is a sizeable part of an eager prefill's host and GPU time.
 
 Buffered rows are written oldest first, in stream order, before anything else reads or writes
 their draft KV:
@@ -28,27 +27,19 @@ their draft KV:
   least that many buffered, unless it is the first plain step after a prefill;
 - one replay's worth whenever the buffer is full.
 The buffer holds ``STAGED_WRITES`` replays' worth, so a prefill's rows wait for the plain steps
-after it: there the write's host work overlaps the step's GPU work. Written inside the prefill, it
-did not: a small prefill on FlashInfer is bound by the host, so the GPU waited through the 4-6 ms
-the host spent buffering and writing its rows (8B, C = 32, each prefill 8 ms dearer than a plain
-server's: benchmark/results/2026-12-02-flashinfer-c32-traced). Staged, it cost 2 ms more than a
-plain server's (benchmark/results/2026-12-02-flashinfer-host-lengths-fixed).
+after it: there the write's host work overlaps the step's GPU work. Inside the prefill it would
+not: a small prefill (on FlashInfer) is bound by the host, so the GPU would wait through the
+host's buffering and writing of its rows.
 Not in the first plain step after it, though: the GPU has finished the prefill before the host
-has launched that step, and waits for it. There a prompt's rows (670 a prefill at C = 64, over a
-512-row replay) made 94 % of those steps write, and their host time the longest (8B, FlashInfer,
-C = 64: 6.9 against 5.3-5.4 ms traced, benchmark/results/2026-12-04-flashinfer-c64-plain-first).
-With no plain step buffering or writing at all (upstream's skip of the off state's draft extend),
-the gate ran at 1.028x plain there in one run, each prefill 0.9 ms dearer than plain's
-(2026-12-04-flashinfer-c64-skip-draft-kv). So that step writes only if the buffer fills: 0.952x
-plain over three interleaved runs, from 0.925x (2026-12-04-flashinfer-c64-deferred-first-write).
+has launched that step, and waits for it, and a prompt's rows alone often fill a replay. So that
+step writes only if the buffer fills (docs/design.md has the figures).
 
 Finished requests' rows are written too, and the draft KV the radix cache keeps for prefix
 reuse is complete. A slot the scheduler frees (finished or retracted requests, radix eviction)
 can be handed to a row buffered later, in the same write: the later row holds the slot's new
 owner, so one write keeps only each slot's last row and sends the others to SGLang's padding slot
 (``_latest_row_per_slot``). A request leaving the batch or a prefill while off therefore forces no
-write; at C = 128, where a request leaves about every other step, they did: 0.92 writes a step
-(benchmark/results/2026-12-01-offcost-8b-2.2-c128).
+write; under load a request leaves every step or two.
 """
 
 from __future__ import annotations
@@ -86,16 +77,11 @@ STAGED_WRITES = 4
 # The rows' index columns, in the order of DeferredDraftKV.indices' rows.
 INDEX_COLUMNS = ("input_ids", "positions", "out_cache_loc", "req_pool_indices")
 # One replay writes at least this many rows, whatever the largest decode batch: a replay costs the
-# host about the same at any size, and a prompt's rows come all at once. With 32 requests at most
-# (128-row replays), a prefill's rows took four or five replays, one in each plain step after it,
-# while the host was furthest behind the GPU (8B, C = 16: 0.37 writes a plain step, 2/3 of the
-# rows prompt rows; benchmark/results/2026-12-03-offcost-8b-2.2-low-load-triton). At C = 128
-# (512-row replays) a write held 511 rows on average. A write held the host 2.1-2.5 ms traced,
-# about 70 host calls and as much Python between them (preparing the graph's inputs and the
-# attention metadata), whatever its rows: at 512 rows, 0.32 writes a plain step at C = 64 and 0.61
-# at C = 128 on FlashInfer (benchmark/results/2026-12-04-flashinfer-c*-deferred-first-write).
-# 1024 rows halve that, for about 130 MB more GPU memory on the 8B pair: 50 MB of buffered hidden
-# states, 13 MB of the graph's own and 65.5 MB of its logits rows (hold_logits_rows).
+# host about the same at any size (preparing the graph's inputs and the attention metadata), and a
+# prompt's rows come all at once. Replays sized to a small pool would split a prefill's rows over
+# the plain steps after it, while the host is furthest behind the GPU. Doubling the rows halves the
+# writes, for more GPU memory in the buffer's hidden states, the graph's own buffers and its logits
+# rows (hold_logits_rows); docs/design.md measures the trade.
 MIN_WRITE_ROWS = 1024
 
 
@@ -128,14 +114,12 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
 
     Upstream sizes graphs, and the attention backend's per-request index buffers, at the
     request pool (get_batch_sizes_to_capture; take_rows), right where rows are requests.
-    Buffered rows are (request, step) pairs: capped there, a full batch filled the buffer every
-    step and paid a replay a step again (1.03-1.07 steps per write at C = 128,
-    benchmark/results/2026-11-30-offcost-8b-2.2-deferred-draft-kv). With
-    ``steps_per_write`` the server's draft width, the graph holds as many tokens as the
-    speculative state's draft-extend graph, and as upstream's own steps-0 graph, captured that
-    wide: its token-sized buffers grow back to upstream's sizes. Below MIN_WRITE_ROWS they grow
-    to it (8B: 25 MB of hidden states at 1024 rows, and the buffer holds STAGED_WRITES writes),
-    and so do its logits rows (hold_logits_rows: 131 MB at a 32,000-token draft vocabulary).
+    Buffered rows are (request, step) pairs: capped there, a full batch would fill the buffer
+    every step and pay a replay a step again. With ``steps_per_write`` the server's draft width,
+    the graph holds as many tokens as the speculative state's draft-extend graph, and as
+    upstream's own steps-0 graph, captured that wide: its token-sized buffers grow back to
+    upstream's sizes. Below MIN_WRITE_ROWS they grow to it (and the buffer holds STAGED_WRITES
+    writes), and so do its logits rows (hold_logits_rows).
 
     The runner module's name is shadowed for the capture only; the scheduler builds graphs on
     one thread, and nothing else captures meanwhile.
@@ -191,10 +175,9 @@ def prompt_rows(batch, next_token_ids) -> tuple[torch.Tensor, torch.Tensor, torc
     shifted[:-1] = batch.input_ids[1:]
     tails = tail_tokens(batch, next_token_ids)
     if len(batch.extend_lens) == 1:
-        # Most prefill batches hold one request (85 % at C = 64, 70 % at C = 128 on FlashInfer,
-        # benchmark/results/2026-12-04-flashinfer-c*-deferred-first-write), and a prefill is bound
-        # by the host: an arange and a view, where the general case below makes about 15 calls,
-        # two host-to-device copies among them.
+        # Most prefill batches hold one request, and a prefill is bound by the host: an arange
+        # and a view, where the general case below makes about 15 calls, two host-to-device
+        # copies among them.
         prefix = batch.prefix_lens[0]
         shifted[-1:] = tails
         return (shifted, torch.arange(prefix, prefix + n, dtype=torch.int64, device=device),
@@ -219,10 +202,9 @@ class DeferredDraftKV:
         hidden = runner.buffers.hidden_states
         device = hidden.device
 
-        # One row per index column, so that buffering a step copies its four in one go; each
-        # column (a row here) stays contiguous for the replay's inputs. Five copies a step, one
-        # per column, were 15 of the ~190 top-level host calls of a plain step on FlashInfer at
-        # C = 64 (benchmark/results/2026-12-04-flashinfer-c64-deferred-first-write).
+        # One row per index column, so that buffering a step copies its four in one go, not one
+        # copy (and its host calls) per column in every plain step; each column (a row here)
+        # stays contiguous for the replay's inputs.
         self.indices = torch.zeros((len(INDEX_COLUMNS), self.capacity), dtype=torch.int64, device=device)
         self.input_ids, self.positions, self.out_cache_loc, self.req_pool_indices = self.indices
         self.hidden_states = torch.zeros((self.capacity, hidden.shape[1]), dtype=hidden.dtype, device=device)
@@ -351,9 +333,8 @@ class DeferredDraftKV:
 
     def _move_to_front(self) -> None:
         """Move the buffered rows to the front once they reach the columns' end, in stream order
-        after the replays' copies of them. Moved after every write instead, the rows left
-        cost copies of up to three replays' hidden states and about 20 host calls a write
-        (0.535 writes a step at C = 128; benchmark/results/2026-12-03-flashinfer-c128-start-order)."""
+        after the replays' copies of them. Moved after every write instead, the rows left would
+        cost copies of up to three replays' hidden states and their host calls at every write."""
         rows = slice(self.start, self.start + self.rows)
         overlapping = self.rows > self.start
         for front, rest in ((self.indices[:, : self.rows], self.indices[:, rows]),

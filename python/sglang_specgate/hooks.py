@@ -201,7 +201,7 @@ HOOKS: tuple[Hook, ...] = (
         why="With a backend that plans on host lengths (FlashInfer), spec-v2 copies each "
         "step's new sequence lengths back from the GPU and waits for them before preparing "
         "the next step; off, no draft work hides that wait, and the GPU idled 41 % of each off "
-        "step (8B, C = 64, benchmark/results/2026-12-02-flashinfer-off-path). After a plain "
+        "step (8B, C = 64). After a plain "
         "step or a prefill the host knows those lengths.",
         how="Where the scheduler's own decision (decide_needs_cpu_seq_lens on the worker's "
         "backends) asks for host lengths, the gated worker (init_attention_backends) installs "

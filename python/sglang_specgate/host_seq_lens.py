@@ -5,11 +5,10 @@ the scheduler copies back the lengths the previous step published and waits for 
 (``FutureMap.resolve_seq_lens_cpu``, overlap_utils.py:412-468), for attention backends that plan
 on host lengths (``needs_cpu_seq_lens``: FlashInfer; Triton and FA3 opt out). The wait ends the
 overlap scheduler's lead: the host prepares step n+1 only once step n's verify has run, and the
-GPU idles meanwhile, 41 % of each off step on FlashInfer (8B, C = 64,
-benchmark/results/2026-12-02-flashinfer-off-path). A speculative step hides that behind its draft
-work; a plain step has none. But a plain step accepts exactly its one token, and a prefill
-publishes its batch's own lengths, so after either the host knows what the GPU publishes, as a
-plain server's scheduler does (schedule_batch.py:2988, ``seq_lens_cpu + 1``).
+GPU idles meanwhile, a large share of each off step (docs/design.md). A speculative step hides
+that behind its draft work; a plain step has none. But a plain step accepts exactly its one
+token, and a prefill publishes its batch's own lengths, so after either the host knows what the
+GPU publishes, as a plain server's scheduler does (schedule_batch.py:2988, ``seq_lens_cpu + 1``).
 
 ``HostSeqLens`` mirrors, per request-pool slot, what each forward publishes when the host knows
 it; the gated worker records at every publish. For a batch whose every slot is known and whose
@@ -18,30 +17,21 @@ device lengths and the mirror's for the host ones: no copy, no wait. Any other b
 upstream does, the first speculative step after plain ones included.
 
 On by default; ``SGLANG_SPEC_GATE_HOST_SEQ_LENS=0`` turns it off (args.host_seq_lens_enabled).
-Until the fix of 7cf44b6 the worker judged "prefill" when upstream published, after
-verify had relabelled each decode batch TARGET_VERIFY, an extend mode (``is_prefill``). So every
-decode step published the lengths it started with, and from an off period's first step on the
-mirror served lengths that fell further behind the GPU's every step. FlashInfer planned attention
-over too few KV entries: wrong tokens once the probe pair's target checked its attention
-(benchmark/results/2026-12-02-flashinfer-probe-target), and, likely, where the stale lengths
-reached a speculative step, the crashes of
-benchmark/results/2026-12-02-flashinfer-host-lengths-crash. The speeds measured with it (decode
-steps at 0.98-0.99x plain, benchmark/results/2026-12-02-flashinfer-host-lengths-guarded) are of
-that too-short attention.
-With the fix, FlashInfer returns the probe pair's designed tokens and the device check below
-counted no disagreement in 6,405 plain steps of an 8B sweep
-(benchmark/results/2026-12-02-flashinfer-host-lengths-fixed).
-Speculative steps still take upstream's wait, as they did since that crash. One batch in
-CHECK_EVERY the mirror serves is compared with the GPU's lengths on the device (``check``;
-``disagreed`` in /server_info), and should one ever disagree, the mirror stands down: an ERROR line,
-and upstream's copy for every batch after (``stood_down``). Wrong lengths cost wrong attention
-silently, and that bug was found only by a model built to notice; this bounds any other to the
-batches served before the host sees the count, without a wait. A wrong length stays wrong: the
-mirror adds one to it each plain step until a prefill or a speculative step publishes that slot
-again, so checking one batch in CHECK_EVERY catches it a few batches later, as the 7cf44b6 bug
-would have been. Checking every batch cost four launches and a copy a plain step, 0.2 of its 4.2
-ms of traced host time (FlashInfer, C = 64,
-benchmark/results/2026-12-04-flashinfer-c64-deferred-first-write).
+Whether a forward is a prefill is judged before it runs (``is_prefill``): verify relabels each
+decode batch TARGET_VERIFY, an extend mode, so judged when upstream publishes, every decode step
+would publish the lengths it started with, the mirror would fall further behind the GPU every
+plain step, and FlashInfer would plan attention over too few KV entries. Speculative steps always
+take upstream's wait.
+
+Wrong lengths cost wrong attention silently, and such a bug shows only in a model built to notice
+it. So one batch in CHECK_EVERY the mirror serves is compared with the GPU's lengths on the
+device (``check``; ``disagreed`` in /server_info), and should one ever disagree, the mirror
+stands down: an ERROR line, and upstream's copy for every batch after (``stood_down``). This
+bounds any error to the batches served before the host sees the count, without a wait. A wrong
+length stays wrong: the mirror adds one to it each plain step until a prefill or a speculative
+step publishes that slot again, so checking one batch in CHECK_EVERY catches it a few batches
+later, and spares the other plain steps the check's launches and copy (docs/design.md has the
+history and the figures).
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ The steps-0 state runs the whole draft forward on every plain step: embedding an
 layer (attention, which writes the KV cache, then the MLP), the final norm and the lm_head. Only
 the KV write matters while off. The step's other outputs, the draft's hidden state and next-token
 logits, seed the first draft step after speculation returns and nothing else: a steps-0 verify
-reads only the bonus tokens (eagle_worker_v2.py:1162-1165, 1240). On the 8B shape that draft
-extend was most of what the off state still cost against a plain server
-(benchmark/results/2026-11-30-offpath-8b-skip-draft-extend).
+reads only the bonus tokens (eagle_worker_v2.py:1162-1165, 1240). Run in full, that draft
+extend was most of what the off state still cost against a plain server (docs/design.md).
 
 So the one-token draft-extend graph is captured with the last decoder layer's MLP and the lm_head
 GEMM replaced by no-ops. The KV cache the graph writes is unchanged: a layer's KV depends only on
@@ -18,10 +17,9 @@ restores both. For the same reason the draft's attention reads one cached token 
 
 The last layer's attention output feeds only that MLP and the hidden state, so where the KV pool
 is SGLang's plain one, the attention itself is replaced by the store of the rows' K and V that
-the backends make before attending (StoreKVOnly, "kv-store"). On FlashInfer that attention,
-reading one entry a row, was a quarter of each 512-row write's GPU time (102 of 409 us,
-benchmark/results/2026-12-03-flashinfer-c128-start-order), and the writes about the whole of a
-decode step's cost over plain's.
+the backends make before attending (StoreKVOnly, "kv-store"): that attention, even reading one
+entry a row, is a sizeable share of each write's GPU time, and the writes are most of an off
+step's GPU cost over a plain step's.
 
 Then the Q columns of its QKV projection feed nothing: where that projection is a plain
 unquantized GEMM without a bias, it computes the K and V columns only (KVColumnsOnly). Its output
@@ -29,11 +27,8 @@ projection only maps StoreKVOnly's zeros to zeros: without a bias it is replaced
 (ZeroProjection). And the zero logits were still a fill of rows x vocabulary and a
 copy of it into the graph runner's logits buffer: on one rank the graph hands out that buffer as it
 is instead (whatever it holds: zeros where the writes hold a buffer of their own, hold_logits_rows
-in deferred_draft_kv.py). In a 1024-row write at 8B on FlashInfer the Q columns took about 79 us,
-the output projection 41 and the logits 118, of 505 us, and the writes were two thirds of the off
-step's GPU time over plain's at C = 128 (benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced).
-Without them the writes took 102 us of GPU a decode step there, against 190
-(benchmark/results/2026-12-04-flashinfer-write-diet-c16-128).
+in deferred_draft_kv.py). Together those were about half of each write's GPU time
+(docs/design.md).
 """
 
 from __future__ import annotations

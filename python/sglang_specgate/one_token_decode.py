@@ -3,10 +3,9 @@
 With speculation off, the worker still drives SGLang's steps-0 state: the target verifies a
 one-node tree (TARGET_VERIFY, one token per request) and the draft extends one token per
 request (DRAFT_EXTEND_V2) to keep its KV cache warm. Both are exactly a decode step, but
-backends run them through their extend (prefill-style) kernels. On an H200 at concurrency
-64 the Triton extend kernel cost 0.88 ms per layer call against 0.12 ms for the split-KV
-decode kernel, which made the steps-0 state 4x slower than a plain server
-(shared/gpu/baseline.md). This mixin makes one backend *instance* answer those forwards
+backends run them through their extend (prefill-style) kernels, several times slower per call
+than their decode kernels: most of what the steps-0 state costs over a plain server
+(docs/design.md). This mixin makes one backend *instance* answer those forwards
 with its decode path; everything else (graphs, sampling, hidden-state capture) is upstream.
 """
 
@@ -62,8 +61,8 @@ def as_decode_batch(forward_batch: ForwardBatch) -> ForwardBatch:
 
 def _triton_reads_one_entry(backend) -> None:
     """Triton launches the split-KV grid ``max_kv_splits`` wide whatever the length read, and
-    the extra splits only launch empty blocks: that one-token attention cost 36 us a step, over
-    half of a target layer's 62 us (8B, batch 64: benchmark/results/2026-11-30-offcost-8b-2.2).
+    the extra splits only launch empty blocks, which made the draft's one-entry attention cost a
+    large share of a whole target layer's time (docs/design.md).
     Set before the backend allocates its split buffers (graph capture, or each eager forward's
     metadata): the kernel asserts they are ``max_kv_splits`` wide."""
     assign(TRITON_ONE_SPLIT, backend, max_kv_splits=1)
@@ -111,10 +110,10 @@ class DecodePathSupport:
 
 
 # Backends, by class name, whose decode path has served the off state on a GPU through real
-# SGLang with test/gpu passing, the probe pair's target checking its own attention (Triton:
-# benchmark/results/2026-12-02-flashinfer-probe-target; FlashInfer, with the gate's host lengths
-# and without: 2026-12-02-flashinfer-host-lengths-fixed). Others keep upstream's extend kernels,
-# with a warning. The --attention-backend values that build them: args.FAST_OFF_PATH_ATTENTION_BACKENDS.
+# SGLang with test/gpu passing, the probe pair's target checking its own attention (Triton, and
+# FlashInfer with the gate's host lengths and without; runs linked in docs/design.md). Others keep
+# upstream's extend kernels, with a warning. The --attention-backend values that build them:
+# args.FAST_OFF_PATH_ATTENTION_BACKENDS.
 VERIFIED_BACKENDS = {
     "TritonAttnBackend": DecodePathSupport(_triton_reads_one_entry, _triton_take_rows),
     "FlashInferAttnBackend": DecodePathSupport(_plans_from_host_lengths, _flashinfer_take_rows),

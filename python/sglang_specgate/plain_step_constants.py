@@ -4,10 +4,9 @@ Upstream's steps-0 path allocates and fills, on every plain step, tensors that a
 time: the one-node tree of its trivial verify input (``_build_trivial_verify_input``: the retrieve
 index, two columns of -1 and an all-True mask over the batch's context) and the zeroed draft
 outputs that stand in for the skipped draft extend (``_stub_skipped_draft_extend``). Each is an
-allocation and a fill launched from the host: 7 of the ~190 top-level host calls a plain step made
-on FlashInfer at C = 64, about 0.3 of its 4.2 ms, in the step the GPU waits for after a host-bound
-prefill (traced; benchmark/results/2026-12-04-flashinfer-c64-deferred-first-write). Here each is
-a slice of a tensor kept at the largest size asked for.
+allocation and a fill launched from the host, and host time is what binds the plain step the GPU
+waits for after a host-bound prefill (their share: docs/design.md). Here each is a slice of a
+tensor kept at the largest size asked for.
 
 Nothing writes them: the verify kernels take the tree as input (their outputs are the predicts,
 accept index and counts, eagle_utils.py:371-395), the attention backends copy the mask into their

@@ -3,8 +3,8 @@
 A drafter skipped while speculation is off comes back with stale state and silently loses
 acceptance (TensorRT-LLM PR #16888). The gate keeps the draft KV cache current while off
 (only the first draft step after re-enabling starts from an approximate hidden state,
-kv_only_draft.py; checked with a draft that needs its KV cache,
-benchmark/results/2026-11-30-kv-probe-reenable-1b). This records, for each re-enable, the mean
+kv_only_draft.py; the GPU tests check it with a draft that needs its KV cache, docs/design.md).
+This records, for each re-enable, the mean
 accept length of the last speculative steps before the gate turned off and of the first ones
 after it turned back on, so /server_info shows whether acceptance recovers and how fast.
 

@@ -4,10 +4,9 @@ Every decode step of an EAGLE server, speculative or (under the gate) not, alloc
 slots through SGLang's ``alloc_for_spec_decode``, which ends by recording each request's
 allocated length: ``max(req.kv.kv_allocated_len, int(nxt_kv_lens_cpu[i]))``, one element of a
 host tensor at a time. Indexing a tensor from Python builds a view and dispatches an ATen op
-per element: at 8B and 128 concurrent requests that loop was 3.1 % of the gated scheduler's
-time (self), the largest single line of upstream's spec-v2 bookkeeping that a plain server
-does not pay (benchmark/results/2026-12-01-offcost-8b-2.2-c128-host-e). The same lengths as a
-Python list cost a tenth as much.
+per element: with many concurrent requests that loop is the largest single line of upstream's
+spec-v2 bookkeeping that a plain server does not pay, and the same lengths as a Python list cost
+a small fraction of it (docs/design.md).
 
 With one token per page, ``nxt_kv_lens_cpu`` is read nowhere but that loop (the slots come
 from ``alloc_token_slots``, the table write reads the device copy), so the hook hands the

@@ -18,13 +18,9 @@ skipped draft outputs) are built once (plain_step_constants.py). Switching is up
 acceptance EMA; what each swap leaves behind is kept bounded (state_switch.py). For backends
 that plan on host sequence lengths (FlashInfer), the worker records the lengths each forward
 publishes where the host knows them, so the scheduler need not wait for the GPU's copy after a
-plain step (host_seq_lens.py). What the off state costs against
-a plain server (C = 16-128): benchmark/results/2026-12-03-offcost-8b-2.2-final-triton (Triton)
-and 2026-12-04-flashinfer-write-diet-c16-128 (FlashInfer, this code). The target's own decode
-step instead of the one-token verify was measured no faster, on Triton at C = 128
-(2026-12-02-offcost-8b-2.2-c128-three-way) and on FlashInfer at C = 64, where the off step's host
-time binds (2026-12-04-flashinfer-c64-off-step-ab: 12 % fewer host calls a step, throughput and
-each prefill's cost unchanged), and removed.
+plain step (host_seq_lens.py). A plain step stays upstream's one-token verify: the target's own
+decode step in its place was built and measured no faster (docs/design.md, which also has what
+the off state costs against a plain server).
 """
 
 from __future__ import annotations
