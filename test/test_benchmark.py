@@ -24,21 +24,16 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-sys.path.insert(0, str(BENCH))
+from benchmark.analysis import (cpu_profile, decode_log, find_threshold, kernel_profile, report,
+                                ttft_stages)
+from benchmark.client import (commands, levels, output_spread, profiles, prompts, serving_session,
+                              sweep, ttft_probe)
+from benchmark.client.bursty import Phase, bursty_slices, compact_details, parse_phases
+from benchmark.client.dataset import prepare_dataset
+from benchmark.pairs import model_pair
+from benchmark.servers import config, endpoints, machine, processes, record
 
-import cpu_profile  # noqa: E402
-import decode_log  # noqa: E402
-import kernel_profile  # noqa: E402
-import machine  # noqa: E402
-import find_threshold  # noqa: E402
-import model_pair  # noqa: E402
-import output_spread  # noqa: E402
-import prompts  # noqa: E402
-import report  # noqa: E402
-import sweep  # noqa: E402
-import ttft_split  # noqa: E402
-import ttft_stages  # noqa: E402
+BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 
 # --------------------------------------------------------------------------- prompts
 
@@ -160,8 +155,8 @@ def test_server_configs_and_commands(tmp_path: Path) -> None:
     args = sweep.parse_args(sweep_args(
         tmp_path, "--thresholds", "8,16", "--concurrency", "1,4,64", "--",
         "--load-format", "dummy", "--attention-backend", "triton"))
-    spec = sweep.Speculation("EAGLE3", "/m/draft", 3, "dummy")
-    configs = sweep.server_configs(args.configs, args.thresholds, spec, args.run_dir)
+    spec = config.Speculation("EAGLE3", "/m/draft", 3, "dummy")
+    configs = config.server_configs(args.configs, args.thresholds, spec, args.run_dir)
     assert [c.name for c in configs] == [
         "plain", "spec", "upstream-gate-8", "upstream-gate-16", "gate-8", "gate-16"]
     by_name = {c.name: c for c in configs}
@@ -169,22 +164,22 @@ def test_server_configs_and_commands(tmp_path: Path) -> None:
     assert by_name["upstream-gate-8"].adaptive_config == {
         "1": {"candidate_steps": [3]}, "9": {"candidate_steps": [0]}}
 
-    cmd = sweep.server_command(args, by_name["gate-16"])
+    cmd = config.server_command(args, by_name["gate-16"])
     assert cmd[1:3] == ["-m", "sglang.launch_server"]
     joined = " ".join(cmd)
     assert "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in joined
     assert "--speculative-disable-batch-threshold 16" in joined
     assert "--max-running-requests 64 --cuda-graph-max-bs 64" in joined  # largest C
     assert cmd[-4:] == ["--load-format", "dummy", "--attention-backend", "triton"]
-    upstream = sweep.server_command(args, by_name["upstream-gate-8"])
+    upstream = config.server_command(args, by_name["upstream-gate-8"])
     assert upstream[upstream.index("--speculative-adaptive-config") + 1] == str(
         args.run_dir / "upstream-gate-8.json")
-    assert "--speculative-draft-load-format" not in sweep.server_command(args, by_name["plain"])
+    assert "--speculative-draft-load-format" not in config.server_command(args, by_name["plain"])
 
 
 def test_bench_command(tmp_path: Path) -> None:
     args = sweep.parse_args(sweep_args(tmp_path, "--output-len", "128"))
-    closed = sweep.bench_command(args, url=sweep.base_url(args), tag="spec,c=8", dataset=Path("d.jsonl"),
+    closed = commands.bench_command(args, url=config.base_url(args), tag="spec,c=8", dataset=Path("d.jsonl"),
                                  output_file=Path("raw.jsonl"), num_prompts=64, warmup=8,
                                  concurrency=8, flush_cache=True)
     assert closed[1:3] == ["-m", "sglang.benchmark.serving"]
@@ -196,11 +191,11 @@ def test_bench_command(tmp_path: Path) -> None:
     assert value("--request-rate") == "inf" and value("--max-concurrency") == "8"
     assert value("--sharegpt-output-len") == "128" and value("--tag") == "spec,c=8"
     assert "--flush-cache" in closed and "--output-details" not in closed
-    phase = sweep.bench_command(args, url="http://h:1", tag="t", dataset=Path("d"), output_file=Path("o"),
+    phase = commands.bench_command(args, url="http://h:1", tag="t", dataset=Path("d"), output_file=Path("o"),
                                 num_prompts=10, warmup=0, rate=2.5, details=True)
     assert "--max-concurrency" not in phase and "--output-details" in phase
     assert phase[phase.index("--request-rate") + 1] == "2.5"
-    mixed = sweep.bench_command(sweep.parse_args(sweep_args(tmp_path, "--output-len", "0")), url="http://h:1", tag="t",
+    mixed = commands.bench_command(sweep.parse_args(sweep_args(tmp_path, "--output-len", "0")), url="http://h:1", tag="t",
                                 dataset=Path("d"), output_file=Path("o"), num_prompts=10, warmup=0)
     assert "--sharegpt-output-len" not in mixed  # the loader takes each answer's length
 
@@ -250,9 +245,9 @@ def test_answers_are_cut_to_exactly_the_drawn_token_count(pair_tokenizer: str) -
             assert len(tokenizer.encode(text)) == length, (answer, length)
 
 
-def spread_run(tmp_path: Path, sources: Path, model_path: str, *extra: str) -> "sweep.Run":
+def spread_run(tmp_path: Path, sources: Path, model_path: str, *extra: str) -> "record.Run":
     """A closed-loop sweep of 16 prompts from ``sources``, its directories made as main() does."""
-    run = sweep.Run(sweep.parse_args([
+    run = record.Run(sweep.parse_args([
         "--model-path", model_path, "--configs", "plain", "--scenarios", "closed",
         "--run-dir", str(tmp_path / "run"), "--concurrency", "2", "--min-prompts", "16",
         "--rows", "16", "--tool-fraction", "0.5", "--source", str(sources), *extra]))
@@ -277,7 +272,7 @@ def test_a_tokenizer_the_answers_cannot_be_cut_for_stops_the_sweep(tmp_path: Pat
     monkeypatch.setattr(sglang.benchmark.utils, "get_tokenizer", lambda path: Stubborn())
     run = spread_run(tmp_path, sources, "/m/t", "--output-len-spread", "0.5")
     with pytest.raises(SystemExit, match="--output-len-spread: no cut of the answer encodes to"):
-        sweep.prepare_dataset(run)
+        prepare_dataset(run)
 
 
 def test_sglangs_loader_reads_the_drawn_lengths_from_the_spread_dataset(
@@ -287,28 +282,28 @@ def test_sglangs_loader_reads_the_drawn_lengths_from_the_spread_dataset(
 
     run = spread_run(tmp_path, sources, pair_tokenizer, "--output-len", "64", "--output-len-spread", "0.5")
     args = run.args
-    dataset = sweep.prepare_dataset(run)
+    dataset = prepare_dataset(run)
     loaded = custom.sample_custom_requests(str(dataset), 16, get_tokenizer(pair_tokenizer))
     drawn = output_spread.spread_lengths(16, 64, 0.5, seed=args.prompt_seed)
     assert sorted(row.output_len for row in loaded) == sorted(drawn)
     assert "each answer cut to 32-96 tokens" in (run.dir / "command.txt").read_text()
     # Levels take each answer's length; a profile's requests keep theirs fixed.
-    level = sweep.level_command(run, sweep.ServerConfig("plain", ()), 2, dataset)
+    level = levels.level_command(run, config.ServerConfig("plain", ()), 2, dataset)
     assert "--sharegpt-output-len" not in level
     assert "--sharegpt-output-len 2048" in " ".join(
-        sweep.profile_load_command(run, sweep.ServerConfig("plain", ()), dataset, "profile", 2048))
+        profiles.profile_load_command(run, config.ServerConfig("plain", ()), dataset, "profile", 2048))
 
 
 def test_phases_prompts_and_slices(tmp_path: Path) -> None:
-    phases = sweep.parse_phases("2:60,32:30.5")
-    assert phases == [sweep.Phase(2, 60), sweep.Phase(32, 30.5)]
+    phases = parse_phases("2:60,32:30.5")
+    assert phases == [Phase(2, 60), Phase(32, 30.5)]
     assert [p.num_prompts for p in phases] == [120, 976]
-    assert sweep.parse_phases("") == []
-    assert sweep.level_prompts(1, 8, 32) == 32 and sweep.level_prompts(64, 8, 32) == 512
+    assert parse_phases("") == []
+    assert commands.level_prompts(1, 8, 32) == 32 and commands.level_prompts(64, 8, 32) == 512
 
     dataset = tmp_path / "d.jsonl"
     dataset.write_text("".join(f'{{"i": {i}}}\n' for i in range(10)))
-    paths = sweep.bursty_slices(dataset, [sweep.Phase(1, 3), sweep.Phase(2, 2)], tmp_path, True)
+    paths = bursty_slices(dataset, [Phase(1, 3), Phase(2, 2)], tmp_path, True)
     assert [p.read_text().splitlines() for p in paths] == [
         ['{"i": 0}', '{"i": 1}', '{"i": 2}'], ['{"i": 3}', '{"i": 4}', '{"i": 5}', '{"i": 6}']]
 
@@ -316,7 +311,7 @@ def test_phases_prompts_and_slices(tmp_path: Path) -> None:
 def test_compact_details_keeps_each_requests_decode_time() -> None:
     row = {"tag": "t", "ttfts": [0.1, 0.2], "itls": [[0.01, 0.02], [0.03]],
            "generated_texts": ["ab", "c"], "output_lens": [3, 2]}
-    assert sweep.compact_details(row) == {"tag": "t", "ttfts": [0.1, 0.2], "output_lens": [3, 2],
+    assert compact_details(row) == {"tag": "t", "ttfts": [0.1, 0.2], "output_lens": [3, 2],
                                           "decode_s": [pytest.approx(0.03), 0.03]}
     assert "itls" in row  # the input is left alone
 
@@ -324,12 +319,12 @@ def test_compact_details_keeps_each_requests_decode_time() -> None:
 def test_gate_delta() -> None:
     before = {"active": True, "decode_steps_spec": 10, "decode_steps_plain": 5, "switches": 2}
     after = {"active": False, "decode_steps_spec": 15, "decode_steps_plain": 50, "switches": 3}
-    assert sweep.gate_delta(before, after) == {
+    assert endpoints.gate_delta(before, after) == {
         "decode_steps_spec": 5, "decode_steps_plain": 45, "switches": 1}
-    assert sweep.gate_delta(None, None) is None
+    assert endpoints.gate_delta(None, None) is None
     before["host_seq_lens"] = {"resolved_on_host": 4, "copied_back": 10, "disagreed": 0, "stood_down": False}
     after["host_seq_lens"] = {"resolved_on_host": 44, "copied_back": 15, "disagreed": 0, "stood_down": False}
-    assert sweep.gate_delta(before, after)["host_seq_lens"] == {
+    assert endpoints.gate_delta(before, after)["host_seq_lens"] == {
         "resolved_on_host": 40, "copied_back": 5, "disagreed": 0}
 
 
@@ -500,7 +495,7 @@ def run_dir(tmp_path: Path) -> Path:
         bursty.append(serving_row(
             f"{name},bursty,phase=1,rate=8,s=10", None, 100.0, spec=True,
             details=details([0.5, 3.0, 0.4], [tpot, tpot, tpot], errors=["", "", "boom"])))
-    write_jsonl(run / "bursty.jsonl", [sweep.compact_details(r) for r in bursty])
+    write_jsonl(run / "bursty.jsonl", [compact_details(r) for r in bursty])
     return run
 
 
@@ -1094,15 +1089,15 @@ def test_repeated_levels_run_back_to_back_between_the_unreported_ones(
     assert {line.split("--output-file ")[1].split()[0] for line in bench[1:]} == {str(tmp_path / "run" / "raw.jsonl")}
 
 
-def stand_in_level_run(tmp_path: Path, monkeypatch, *flags: str) -> sweep.Run:
+def stand_in_level_run(tmp_path: Path, monkeypatch, *flags: str) -> record.Run:
     """A run whose closed_level can run on the CPU: no server answers (a server needs a GPU),
     so the calls that read one stand in; the client stands in too (StandInClient)."""
-    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", *flags)))
+    run = record.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", *flags)))
     run.logs.mkdir(parents=True)
     (run.logs / "server-plain.log").write_text("")
-    monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
-    monkeypatch.setattr(sweep, "gate_snapshot", lambda url: None)
-    monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
+    monkeypatch.setattr(levels, "reset_accept_length", lambda url, note: None)
+    monkeypatch.setattr(levels, "gate_snapshot", lambda url: None)
+    monkeypatch.setattr(levels, "stage_totals", lambda run, url: None)
     return run
 
 
@@ -1132,9 +1127,9 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     cpu_times = collections.namedtuple("scputimes", "user system idle")
     readings = iter([cpu_times(10.0, 1.0, 100.0), cpu_times(11.0, 1.0, 115.0)])
     each_cpu = [cpu_times(5.0, 0.5, 50.0)] * 2
-    monkeypatch.setattr(sweep.server_processes, "machine_cpu_times",
+    monkeypatch.setattr(processes, "machine_cpu_times",
                         lambda per_cpu=False: each_cpu if per_cpu else next(readings))
-    sweep.closed_level(run, sweep.ServerConfig("plain", ()), StandInClient(), 16,
+    levels.closed_level(run, config.ServerConfig("plain", ()), StandInClient(), 16,
                        tmp_path / "prompts.jsonl", rep=2)
     assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
     [row] = report.load_jsonl(run.dir / "gate.jsonl")
@@ -1162,9 +1157,9 @@ def test_a_probed_level_records_its_ttft_split(tmp_path: Path, monkeypatch) -> N
         probed.append((url, payload["text"]))
         return {"meta_info": stamps}
 
-    monkeypatch.setattr(ttft_split, "post_generate", post)
+    monkeypatch.setattr(ttft_probe, "post_generate", post)
     # The level lasts until two probes came back.
-    sweep.closed_level(run, sweep.ServerConfig("plain", ()), StandInClient(lambda: len(probed) >= 2),
+    levels.closed_level(run, config.ServerConfig("plain", ()), StandInClient(lambda: len(probed) >= 2),
                        16, dataset)
     [row] = report.load_jsonl(run.dir / "gate.jsonl")
     assert probed[0] == ("http://127.0.0.1:30000", "q")
@@ -1216,10 +1211,10 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
     """serve_interleaved on the CPU: servers and client stand in (a server needs a GPU); every
     level's client, counters and log belong to the server it measures, and both stay up."""
     args = sweep.parse_args(sweep_args(tmp_path, *INTERLEAVED, "--repeat-levels", "2", "--interleave"))
-    run = sweep.Run(args)
+    run = record.Run(args)
     run.logs.mkdir(parents=True)
-    configs = sweep.side_by_side(args, sweep.server_configs(args.configs, args.thresholds,
-                                                            sweep.Speculation.from_args(args), run.dir))
+    configs = config.side_by_side(args, config.server_configs(args.configs, args.thresholds,
+                                                            config.Speculation.from_args(args), run.dir))
     up: list[str] = []
 
     @contextmanager
@@ -1231,9 +1226,9 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
 
     asked: list[str] = []
     monkeypatch.setattr(sweep, "server", stand_in_server)
-    monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
-    monkeypatch.setattr(sweep, "gate_snapshot", lambda url: asked.append(url))
-    monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
+    monkeypatch.setattr(levels, "reset_accept_length", lambda url, note: None)
+    monkeypatch.setattr(levels, "gate_snapshot", lambda url: asked.append(url))
+    monkeypatch.setattr(levels, "stage_totals", lambda run, url: None)
 
     class Client:
         def __init__(self, *args, **kwargs) -> None:
@@ -1249,12 +1244,12 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
             assert up == ["gate-9", "plain"]
             log.write_text("")
             tag, out, url = (argv[argv.index(flag) + 1] for flag in ("--tag", "--output-file", "--base-url"))
-            assert url == sweep.base_url(args, next(c for c in configs if tag.startswith(c.name + ",")))
+            assert url == config.base_url(args, next(c for c in configs if tag.startswith(c.name + ",")))
             with open(out, "a") as f:
                 f.write(json.dumps(serving_row(tag, 128, 1000.0)) + "\n")
             return 0
 
-    monkeypatch.setattr(sweep.serving_session, "Session", Client)
+    monkeypatch.setattr(serving_session, "Session", Client)
     sweep.serve_interleaved(run, configs, tmp_path / "prompts.jsonl")
     assert run.failures == [] and up == []
     assert [r["tag"] for r in report.load_jsonl(run.dir / "raw.jsonl")] == [
@@ -1267,10 +1262,10 @@ def test_interleaved_levels_go_on_without_a_server_that_failed_to_start(tmp_path
     it is recorded as failed, and the other two still take their turns; with one left, none run."""
     args = sweep.parse_args(sweep_args(tmp_path, "--configs", "plain,spec,gate", "--thresholds", "9",
                                        "--scenarios", "closed", "--concurrency", "64", "--interleave"))
-    run = sweep.Run(args)
+    run = record.Run(args)
     run.logs.mkdir(parents=True)
-    configs = sweep.side_by_side(args, sweep.server_configs(args.configs, args.thresholds,
-                                                            sweep.Speculation.from_args(args), run.dir))
+    configs = config.side_by_side(args, config.server_configs(args.configs, args.thresholds,
+                                                            config.Speculation.from_args(args), run.dir))
     failing = {"spec"}
     measured: list[str] = []
 
@@ -1291,10 +1286,10 @@ def test_interleaved_levels_go_on_without_a_server_that_failed_to_start(tmp_path
 
 
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags: str,
-                      trace: Callable[[], dict] = mixed_steps_trace) -> "sweep.Run":
+                      trace: Callable[[], dict] = mixed_steps_trace) -> "record.Run":
     """A sweep whose server is a stand-in: /start_profile writes ``trace`` when
     ``profiler_writes``, else only once /stop_profile comes; the real LevelProfile around it."""
-    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--profile-level", "16", *flags)))
+    run = record.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--profile-level", "16", *flags)))
     run.dir.mkdir(parents=True)
     shutil.rmtree(run.work, ignore_errors=True)  # as main() does: named after the run, not the test
     requests = []
@@ -1314,10 +1309,10 @@ def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags
         write_trace(run.work / "profile-level-plain")
         return b""
 
-    monkeypatch.setattr(sweep, "start_profile", start_profile)
-    monkeypatch.setattr(sweep, "http_request", http_request)
-    monkeypatch.setattr(sweep, "LEVEL_PROFILE_DELAY_S", 0.01)
-    monkeypatch.setattr(sweep.time, "sleep", lambda s: None)  # the wait for a trace to settle
+    monkeypatch.setattr(profiles, "start_profile", start_profile)
+    monkeypatch.setattr(profiles, "http_request", http_request)
+    monkeypatch.setattr(profiles, "LEVEL_PROFILE_DELAY_S", 0.01)
+    monkeypatch.setattr(profiles.time, "sleep", lambda s: None)  # the wait for a trace to settle
     run.requests = requests
     return run
 
@@ -1330,11 +1325,11 @@ def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, 
                                                    requests) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes)
     # No server writes the trace here: check once instead of polling for PROFILE_WAIT_S.
-    monkeypatch.setattr(sweep, "wait_for", lambda condition, load=None, timeout=0: condition())
+    monkeypatch.setattr(profiles, "wait_for", lambda condition, load=None, timeout=0, poll_s=0: condition())
     reads = []
     monkeypatch.setattr(kernel_profile, "read_trace",
                         lambda path, read=kernel_profile.read_trace: reads.append(path) or read(path))
-    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
         while not run.requests:
             pass  # the level: it lasts until the timer has started the profiler
     assert run.requests == requests and not run.failures
@@ -1354,7 +1349,7 @@ def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path
         return {"traceEvents": mixed_steps_trace()["traceEvents"] + later}
 
     run = level_profile_run(tmp_path, monkeypatch, True, "--profile-host", trace=trace)
-    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
         while not run.requests:
             pass
     assert run.requests == [("start", 20, "host")] and not run.failures
@@ -1370,9 +1365,9 @@ def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path
 
 def test_start_profile_asks_for_the_host_only_when_told(tmp_path: Path, monkeypatch) -> None:
     asked = []  # no server: the request bodies /start_profile would get are the subject
-    monkeypatch.setattr(sweep, "http_request", lambda url, payload=None, timeout=30: asked.append(payload))
-    sweep.start_profile("http://x", tmp_path / "a", 20)
-    sweep.start_profile("http://x", tmp_path / "b", host=True)
+    monkeypatch.setattr(endpoints, "http_request", lambda url, payload=None, timeout=30: asked.append(payload))
+    endpoints.start_profile("http://x", tmp_path / "a", 20)
+    endpoints.start_profile("http://x", tmp_path / "b", host=True)
     assert [(a["activities"], a.get("num_steps"), a["with_stack"]) for a in asked] == [
         (["GPU"], 20, False), (["CPU", "GPU"], None, False)]
 
@@ -1385,8 +1380,8 @@ def test_profile_host_needs_a_profile_to_record(tmp_path: Path, capsys: pytest.C
 
 def test_a_level_shorter_than_the_profile_delay_fails_the_sweep(tmp_path: Path, monkeypatch) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes=True)
-    monkeypatch.setattr(sweep, "LEVEL_PROFILE_DELAY_S", 60.0)
-    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+    monkeypatch.setattr(profiles, "LEVEL_PROFILE_DELAY_S", 60.0)
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
         pass
     assert run.requests == [] and run.failures == ["plain level profile: the level ended within 60 s"]
 
@@ -1398,8 +1393,8 @@ def test_a_server_that_refuses_to_profile_fails_the_sweep_with_its_answer(tmp_pa
         run.requests.append("start")
         raise urllib.error.HTTPError(url, 400, "Bad Request", None, None)
 
-    monkeypatch.setattr(sweep, "start_profile", refuse)
-    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+    monkeypatch.setattr(profiles, "start_profile", refuse)
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
         while not run.requests:
             pass
     assert run.failures == ["plain level profile: /start_profile failed: HTTP Error 400: Bad Request"]

@@ -6,15 +6,13 @@ file:line references are to the installed sglang 0.5.17, under sglang/srt/."""
 import hashlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
-import model_pair as mp  # noqa: E402
+from benchmark.pairs import model_pair as mp
 
 SETTINGS = (1.3, 2.2, 3.2)
 SEED = 0

@@ -3,15 +3,9 @@ benchmark/results_index.py writes (so a run committed without its index line fai
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-sys.path.insert(0, str(BENCH))
-
-import results_index  # noqa: E402
+from benchmark import results_index
 
 
 def test_committed_index_is_current():

@@ -19,11 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-sys.path.insert(0, str(BENCH))
-
-import server_processes  # noqa: E402
-import sweep  # noqa: E402
+from benchmark.client import scheduler_sampling, sweep
+from benchmark.servers import config, processes, record
 
 LAUNCHER = """
 import multiprocessing, sys, time
@@ -94,16 +91,16 @@ def stand_in_py_spy(tmp_path: Path, monkeypatch, writes: bool = True) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 
 
-def sampling_run(tmp_path: Path, monkeypatch, writes: bool = True) -> sweep.Run:
+def sampling_run(tmp_path: Path, monkeypatch, writes: bool = True) -> record.Run:
     stand_in_py_spy(tmp_path, monkeypatch, writes)
-    run = sweep.Run(sweep.parse_args(["--model-path", "/m/target", "--configs", "plain",
+    run = record.Run(sweep.parse_args(["--model-path", "/m/target", "--configs", "plain",
                                       "--concurrency", "16", "--scenarios", "closed",
                                       "--cpu-profile-level", "16", "--run-dir", str(tmp_path / "run")]))
     run.logs.mkdir(parents=True)
     return run
 
 
-def level(sampling: sweep.SchedulerSampling) -> None:
+def level(sampling: scheduler_sampling.SchedulerSampling) -> None:
     """The closed level the sampling wraps: it lasts until the stand-in py-spy is listening."""
     ready = Path(str(sampling.samples) + ".ready")
     deadline = time.monotonic() + 30
@@ -113,25 +110,25 @@ def level(sampling: sweep.SchedulerSampling) -> None:
 
 def test_the_scheduler_is_the_first_ranks_scheduler_under_the_server(launcher) -> None:
     proc, (detokenizer, tp1, tp0) = launcher
-    assert server_processes.scheduler_pid(proc.pid) == tp0
-    assert server_processes.scheduler_pid(tp0) is None  # no scheduler under a scheduler
-    assert server_processes.scheduler_pid(2**22 + 12345) is None  # no such process
+    assert processes.scheduler_pid(proc.pid) == tp0
+    assert processes.scheduler_pid(tp0) is None  # no scheduler under a scheduler
+    assert processes.scheduler_pid(2**22 + 12345) is None  # no such process
 
 
 def test_a_servers_processes_by_role(launcher) -> None:
     proc, (detokenizer, _, tp0) = launcher
-    pids = server_processes.server_processes(proc.pid)
+    pids = processes.server_processes(proc.pid)
     assert pids == {"tokenizer": proc.pid, "scheduler": tp0, "detokenizer": detokenizer}
-    times = server_processes.thread_cpu_seconds(pids)
+    times = processes.thread_cpu_seconds(pids)
     assert set(times) == set(pids) and all(times[role] for role in pids)  # each has its threads
-    assert server_processes.thread_cpu_seconds({"scheduler": 2**22 + 12345}) == {}  # gone: left out
+    assert processes.thread_cpu_seconds({"scheduler": 2**22 + 12345}) == {}  # gone: left out
 
 
 def test_the_busiest_threads_share_of_a_level() -> None:
     before = {"scheduler": {1: 10.0, 2: 3.0}, "detokenizer": {5: 1.0}}
     after = {"scheduler": {1: 18.0, 2: 9.0, 3: 1.0}, "detokenizer": {5: 3.0}, "tokenizer": {9: 4.0}}
     # Over 10 s: the scheduler's thread 1 spent 8 s; the tokenizer was first read after the level.
-    assert server_processes.busiest_thread_share(before, after, 10.0) == {
+    assert processes.busiest_thread_share(before, after, 10.0) == {
         "scheduler": 0.8, "detokenizer": 0.2, "tokenizer": 0.4}
 
 
@@ -144,38 +141,38 @@ def test_the_machines_cpu_over_a_level() -> None:
     after = times(130.0, 0.0, 30.0, 608.0, 7.0, 0.0, 3.0, 12.0, 20.0, 0.0)
     threads_before = {"scheduler": {1: 10.0, 2: 1.0, 3: 0.5}}
     threads_after = {"scheduler": {1: 20.0, 2: 3.0, 3: 1.5, 4: 0.5}}
-    assert server_processes.machine_share(before, after, threads_before, threads_after, 10.0) == {
+    assert processes.machine_share(before, after, threads_before, threads_after, 10.0) == {
         "cores_busy": 4.2, "steal_pct": 5.0, "scheduler_rest": 0.35}
-    assert server_processes.machine_share(before, before, {}, {}, 10.0) == {}  # no time passed
-    first = server_processes.machine_cpu_times()  # this machine's, whatever fields its OS has
+    assert processes.machine_share(before, before, {}, {}, 10.0) == {}  # no time passed
+    first = processes.machine_cpu_times()  # this machine's, whatever fields its OS has
     time.sleep(0.2)
-    later = server_processes.machine_cpu_times()
-    assert set(server_processes.machine_share(first, later, {}, {}, 0.2)) == set(server_processes.MACHINE_KEYS)
+    later = processes.machine_cpu_times()
+    assert set(processes.machine_share(first, later, {}, {}, 0.2)) == set(processes.MACHINE_KEYS)
 
 
 def test_cpu_topology_from_sysfs(tmp_path) -> None:
-    assert server_processes.cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert processes.cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
     for cpu, siblings in ((0, "0,2"), (2, "0,2"), (1, "1"), (3, "3")):  # one core with SMT
         topology = tmp_path / "cpu" / f"cpu{cpu}" / "topology"
         topology.mkdir(parents=True)
         (topology / "thread_siblings_list").write_text(siblings + "\n")
     (tmp_path / "cpu" / "cpufreq").mkdir()  # not a CPU
-    assert server_processes.smt_siblings(tmp_path / "cpu") == {0: [2], 2: [0], 1: [], 3: []}
+    assert processes.smt_siblings(tmp_path / "cpu") == {0: [2], 2: [0], 1: [], 3: []}
     for node in ("node0", "node1", "possible"):
         (tmp_path / "node" / node).mkdir(parents=True)
-    assert server_processes.numa_node_count(tmp_path / "node") == 2
-    assert server_processes.numa_node_count(tmp_path / "none") == 1  # no NUMA in sysfs: one node
-    assert isinstance(server_processes.smt_siblings(), dict)  # this machine's, read alike
+    assert processes.numa_node_count(tmp_path / "node") == 2
+    assert processes.numa_node_count(tmp_path / "none") == 1  # no NUMA in sysfs: one node
+    assert isinstance(processes.smt_siblings(), dict)  # this machine's, read alike
 
 
 def test_watching_which_cpu_a_process_runs_on() -> None:
     cpus = set(range(psutil.cpu_count()))
-    assert server_processes.thread_cpu(os.getpid(), os.getpid()) in cpus
-    assert server_processes.thread_cpu(os.getpid(), 2**22 + 1) is None  # no such thread
-    with server_processes.watch_cpu(os.getpid(), every_s=0.01) as seen:
+    assert processes.thread_cpu(os.getpid(), os.getpid()) in cpus
+    assert processes.thread_cpu(os.getpid(), 2**22 + 1) is None  # no such thread
+    with processes.watch_cpu(os.getpid(), every_s=0.01) as seen:
         time.sleep(0.2)
     assert seen and set(seen) <= cpus
-    with server_processes.watch_cpu(None, every_s=0.01) as nothing:
+    with processes.watch_cpu(None, every_s=0.01) as nothing:
         time.sleep(0.05)
     assert nothing == []
 
@@ -190,19 +187,19 @@ def test_where_the_scheduler_ran_over_a_level() -> None:
     siblings = {0: [2], 2: [0], 1: [], 3: []}
     # The scheduler seen on CPU 0 three times and CPU 1 once: its sibling's 60 % over the
     # samples on a core with one.
-    assert server_processes.placement(before, after, [0, 0, 1, 0], siblings, 1) == {
+    assert processes.placement(before, after, [0, 0, 1, 0], siblings, 1) == {
         "scheduler_cpus": 2, "sibling_busy": 0.6, "numa_nodes": 1}
-    assert server_processes.placement(before, after, [1, 3], siblings, 2) == {"scheduler_cpus": 2, "numa_nodes": 2}
-    assert server_processes.placement(before, after, [], siblings, 1) == {}  # never seen
-    assert set(server_processes.placement(before, after, [0], siblings, 1)) == set(server_processes.PLACEMENT_KEYS)
+    assert processes.placement(before, after, [1, 3], siblings, 2) == {"scheduler_cpus": 2, "numa_nodes": 2}
+    assert processes.placement(before, after, [], siblings, 1) == {}  # never seen
+    assert set(processes.placement(before, after, [0], siblings, 1)) == set(processes.PLACEMENT_KEYS)
 
 
 def test_a_cpu_profiled_level_samples_its_servers_scheduler_and_tables_it(tmp_path, monkeypatch, launcher) -> None:
     proc, (_, _, tp0) = launcher
     run = sampling_run(tmp_path, monkeypatch)
-    config = sweep.ServerConfig("plain", ())
-    run.server_procs[config.name] = proc
-    with sweep.SchedulerSampling(run, config, 16) as sampling:
+    plain = config.ServerConfig("plain", ())
+    run.server_procs[plain.name] = proc
+    with scheduler_sampling.SchedulerSampling(run, plain, 16) as sampling:
         level(sampling)
     assert run.failures == []
     assert f"run_batch (pid{tp0}.py:1) 3" in (run.dir / "pyspy-plain-c16.txt").read_text()
@@ -215,7 +212,7 @@ def test_a_cpu_profiled_level_samples_its_servers_scheduler_and_tables_it(tmp_pa
 
 def test_a_server_without_a_scheduler_fails_the_sweep_and_samples_nothing(tmp_path, monkeypatch) -> None:
     run = sampling_run(tmp_path, monkeypatch)
-    with sweep.SchedulerSampling(run, sweep.ServerConfig("plain", ()), 16) as sampling:
+    with scheduler_sampling.SchedulerSampling(run, config.ServerConfig("plain", ()), 16) as sampling:
         assert sampling.proc is None
     assert run.failures == ["plain CPU profile: no sglang::scheduler process under the server"]
 
@@ -223,7 +220,7 @@ def test_a_server_without_a_scheduler_fails_the_sweep_and_samples_nothing(tmp_pa
 def test_a_py_spy_that_wrote_nothing_fails_the_sweep(tmp_path, monkeypatch, launcher) -> None:
     run = sampling_run(tmp_path, monkeypatch, writes=False)
     run.server_procs["plain"] = launcher[0]
-    with sweep.SchedulerSampling(run, sweep.ServerConfig("plain", ()), 16) as sampling:
+    with scheduler_sampling.SchedulerSampling(run, config.ServerConfig("plain", ()), 16) as sampling:
         level(sampling)
     assert run.failures == ["plain CPU profile: py-spy wrote no samples (exit 0; see logs/py-spy-plain-c16.log)"]
 

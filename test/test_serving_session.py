@@ -1,4 +1,4 @@
-"""serving_session.py runs SGLang's real benchmark client (sglang.benchmark.serving's cli_main)
+"""benchmark/client/serving_session.py runs SGLang's real benchmark client (sglang.benchmark.serving's cli_main)
 several times in one process. The server is a fake: it answers what that client asks of SGLang
 (/v1/models, /flush_cache, a streamed /generate, /server_info), as no SGLang server runs on a CPU."""
 
@@ -15,13 +15,9 @@ from typing import Iterator
 import pytest
 from threaded_server import serving
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-sys.path.insert(0, str(BENCH))
-
-import model_pair  # noqa: E402
-import prompts  # noqa: E402
-import serving_session  # noqa: E402
-import sweep  # noqa: E402
+from benchmark.client import commands, prompts, serving_session, sweep
+from benchmark.pairs import model_pair
+from benchmark.servers import config
 
 
 class FakeServing(ThreadingHTTPServer):
@@ -121,9 +117,9 @@ def test_sweep_levels_in_one_client_process(fake: FakeServing, tmp_path: Path) -
                              "--run-dir", str(tmp_path / "run"), "--output-len", "8",
                              "--port", str(fake.server_address[1])])
     raw, logs = tmp_path / "raw.jsonl", []
-    with serving_session.Session(tmp_path / "session.log", env=sweep.client_env()) as client:
+    with serving_session.Session(tmp_path / "session.log", env=commands.client_env()) as client:
         for c in (1, 4):
-            cmd = sweep.bench_command(args, url=sweep.base_url(args), tag=f"plain,c={c}", dataset=dataset,
+            cmd = commands.bench_command(args, url=config.base_url(args), tag=f"plain,c={c}", dataset=dataset,
                                       output_file=raw, num_prompts=4, concurrency=c, warmup=1,
                                       flush_cache=True)
             logs.append(tmp_path / f"c{c}.log")

@@ -25,11 +25,8 @@ from typing import Callable, Iterator, Optional, Sequence
 import pytest
 from threaded_server import serving
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
-
-import soak  # noqa: E402
-import soak_load  # noqa: E402
-from soak_load import Load, Mix, RequestPlan, RequestResult, Wave  # noqa: E402
+from benchmark.client import soak, soak_load
+from benchmark.client.soak_load import Load, Mix, RequestPlan, RequestResult, Wave
 
 TOKEN_DELAY_S = 0.002
 
@@ -644,7 +641,7 @@ def test_a_failed_pool_check_in_the_server_log_fails_the_soak(fake: FakeSGLang, 
     monkeypatch.setattr(soak, "IDLE_CHECK_WAIT_S", 0)
     log = tmp_path / "server.log"
     log.write_text(LEAK)
-    run = soak.sweep.Run(soak.parse_args(soak_args(tmp_path / "run", fake.url, "--burst", "0")))
+    run = soak.Run(soak.parse_args(soak_args(tmp_path / "run", fake.url, "--burst", "0")))
     run.dir.mkdir()
     assert soak.soak(run, fake.url, os.getpid(), proc=None, server_log=log) == 1
     summary = json.loads((run.dir / "summary.json").read_text())

@@ -5,17 +5,15 @@ needs a GPU); its meta_info carries the stamp names of observability/req_time_st
 from __future__ import annotations
 
 import json
-import sys
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
-
-import ttft_split  # noqa: E402
-from threaded_server import serving  # noqa: E402
+from benchmark.analysis import ttft_split
+from benchmark.client import ttft_probe
+from threaded_server import serving
 
 # Received at 100 s; sent to the scheduler 2 ms later; queued at 100.040 for 10 ms; prefilled by
 # 100.090; the tokenizer manager had the output at 100.300.
@@ -44,7 +42,7 @@ def test_prompts_are_the_datasets_last_user_turns(tmp_path: Path) -> None:
     dataset.write_text("".join(json.dumps({"conversations": [{"role": "user", "content": f"q{i}"},
                                                              {"role": "assistant", "content": "a"}]}) + "\n"
                                for i in range(5)))
-    assert ttft_split.prompt_texts(dataset, 2) == ["q3", "q4"]
+    assert ttft_probe.prompt_texts(dataset, 2) == ["q3", "q4"]
 
 
 class Generate(BaseHTTPRequestHandler):
@@ -77,7 +75,7 @@ def test_the_probe_sends_one_token_requests_until_closed(stamped: bool) -> None:
     server.payloads, server.stamped = [], stamped
     with serving(server):
         url = f"http://127.0.0.1:{server.server_port}"
-        with ttft_split.Probe(url, ["p0", "p1"], interval_s=0.01) as probe:
+        with ttft_probe.Probe(url, ["p0", "p1"], interval_s=0.01) as probe:
             wait_until(lambda: len(server.payloads) >= 3)
         sent = len(server.payloads)
         time.sleep(0.05)
@@ -97,12 +95,12 @@ def test_a_failed_probe_is_counted_and_the_level_goes_on(failure: Exception) -> 
     def failing(url: str, payload: dict) -> dict:
         raise failure
 
-    with ttft_split.Probe("http://127.0.0.1:9", ["p"], interval_s=0.01, post=failing) as probe:
+    with ttft_probe.Probe("http://127.0.0.1:9", ["p"], interval_s=0.01, post=failing) as probe:
         wait_until(lambda: probe.errors >= 2)
     assert probe.summary() == {"probes": 0, "errors": probe.errors}
 
 
 def test_a_probe_closed_before_its_first_request_has_nothing_to_say() -> None:
-    with ttft_split.Probe("http://127.0.0.1:9", ["p"], interval_s=60) as probe:
+    with ttft_probe.Probe("http://127.0.0.1:9", ["p"], interval_s=60) as probe:
         pass
     assert probe.summary() is None

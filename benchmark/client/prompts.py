@@ -18,7 +18,7 @@ The same sources, seed and options give the same file. The default source is the
 interpreter's standard library, so files made by different Python versions differ: the sweep
 records the file's sha256 next to its results.
 
-    python benchmark/prompts.py -o prompts.jsonl --rows 4096 --seed 0
+    python -m benchmark.client.prompts -o prompts.jsonl --rows 4096 --seed 0
 """
 
 from __future__ import annotations

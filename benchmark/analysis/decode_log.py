@@ -18,6 +18,8 @@ import statistics
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from benchmark.cli import int_list
+
 DECODE_LINE = re.compile(r"Decode batch, #running-req: (\d+),.*?gen throughput \(token/s\): ([\d.]+)")
 ACCEPT_LENGTH = re.compile(r"accept len: ([\d.]+)")  # speculative servers' lines only
 PREFILL_LINE = re.compile(r"Prefill batch, #new-seq: (\d+), #new-token: (\d+)")
@@ -111,8 +113,6 @@ def read_from(path: Path, offset: int) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    from sweep import int_list  # here: sweep imports this module
-
     p = argparse.ArgumentParser(description="Steady decode throughput of each concurrency level in "
                                 "a whole server log (a level's lines: 90 to 100 % of C running).")
     p.add_argument("server_log", type=Path)

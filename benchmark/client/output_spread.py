@@ -20,7 +20,7 @@ import json
 import random
 from pathlib import Path
 
-from prompts import write_jsonl
+from benchmark.client.prompts import write_jsonl
 
 # SGLang's custom loader drops requests whose output is under 2 tokens; the sweep's own floor
 # for --output-len is 4 (sweep.MIN_OUTPUT_LEN).

@@ -13,7 +13,7 @@ With ``--profile-host`` the trace holds the host too: ``idle_causes`` says for e
 the GPU what the host was doing (held by a wait on the GPU, or late), and ``host_time`` how long
 each of the scheduler's phases held the host a step.
 
-    python benchmark/kernel_profile.py trace-plain/*.trace.json.gz trace-gate-9/*.trace.json.gz
+    python -m benchmark.analysis.kernel_profile trace-plain/*.trace.json.gz trace-gate-9/*.trace.json.gz
 """
 
 from __future__ import annotations

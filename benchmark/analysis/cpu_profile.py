@@ -11,10 +11,10 @@ off state adds on the CPU side: that is how the synchronize in SGLang's speculat
 which chunked_prefill_tail.py removes, was found
 (benchmark/results/2026-11-30-offcost-8b-2.2-one-split).
 
-    python benchmark/cpu_profile.py pyspy-idle-plain-c64.txt pyspy-idle-gate-9-c64.txt --top 30
+    python -m benchmark.analysis.cpu_profile pyspy-idle-plain-c64.txt pyspy-idle-gate-9-c64.txt --top 30
 
 ``sweep.py --cpu-profile-level C`` records these files itself, one per server, with
-``record_command`` on the process ``server_processes.scheduler_pid`` finds, and writes the
+``record_command`` on the process ``servers.processes.scheduler_pid`` finds, and writes the
 table beside them.
 """
 
