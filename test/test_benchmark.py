@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from benchmark.analysis import (cpu_profile, decode_log, find_threshold, kernel_profile, report,
-                                ttft_stages)
+                                sweep_results, sweep_tables, ttft_stages)
 from benchmark.client import (commands, levels, output_spread, profiles, prompts, serving_session,
                               sweep, ttft_probe)
 from benchmark.client.bursty import Phase, bursty_slices, compact_details, parse_phases
@@ -516,7 +516,7 @@ def test_fixture_rows_have_the_keys_serving_writes() -> None:
 
 
 def test_report_tables(run_dir: Path) -> None:
-    res = report.load([run_dir])
+    res = sweep_results.load([run_dir])
     assert list(res.closed) == ["plain", "spec", "gate-4"]
     assert res.closed["plain"][16]["output_throughput"] == 2700.0
     assert res.envelope() == {1: 400.0, 2: 700.0, 4: 1000.0, 8: 1500.0, 16: 2700.0}
@@ -533,7 +533,7 @@ def test_report_tables(run_dir: Path) -> None:
 
 
 def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     assert "## Time to first token by stage, server side" in text
     assert "| plain | 16 | 12.0 | 30.0 | – |" in text
     # no ratio where plain observed nothing
@@ -541,7 +541,7 @@ def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
 
 
 def test_report_shows_each_processs_busiest_thread_against_plain(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     assert "## Busiest thread of each server process" in text
     assert "| plain | 16 | 0.45 | 0.75 | – |" in text  # a detokenizer that was not found
     assert "| gate-4 | 16 | 0.90 (2.00×) | 0.75 (1.00×) | 0.30 |" in text
@@ -549,7 +549,7 @@ def test_report_shows_each_processs_busiest_thread_against_plain(run_dir: Path) 
 
 
 def test_report_shows_the_machines_cpu_against_plain(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     section = text.split("## The machine's CPU over each level")[1]
     assert "| plain | 16 | 5.00 | 1.50 | 0.10 |" in section
     assert "| gate-4 | 16 | 5.50 (1.10×) | 0.00 | 0.20 (2.00×) |" in section  # no steal: no ratio
@@ -571,19 +571,19 @@ def test_report_balances_the_start_order_of_an_ab(tmp_path: Path) -> None:
     assert "| config | C | tok/s vs plain, plain-first-gate · gate-first-plain | order-balanced |" in text
     assert "| gate-9 | 128 | 0.900 · 1.000 | 0.949 | 1.100 · 1.000 | 1.049 |" in text  # 0.9 ** 0.5, 1.1 ** 0.5
     assert "| gate-9 | 64 |" not in text
-    one = report.order_balanced_table({"only": report.load([runs[0]]), "missing": report.load([tmp_path / "none"])})
+    one = sweep_tables.order_balanced_table({"only": sweep_results.load([runs[0]]), "missing": sweep_results.load([tmp_path / "none"])})
     assert "| gate-9 | 128 | 0.900 | – | 1.100 | – |" in one  # measured in one order only
 
 
 def test_report_shows_where_each_scheduler_ran(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     section = text.split("## Where each scheduler ran")[1]
     assert "| plain | 16 | 1.00 | – | 1.00 |" in section
     assert "| gate-4 | 16 | 2.00 (2.00×) | 0.60 | 1.00 (1.00×) |" in section
 
 
 def test_report_shows_the_probes_ttft_split_against_plain(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     section = text.split("## Time to first token across the server's processes")[1]
     assert "| plain | 16 | 2.0 | 50.0 | 10.0 | 40.0 | 30.0 |" in section
     assert "| gate-4 | 16 | 2.0 (1.00×) | 150.0 (3.00×) | 10.0 (1.00×) |" in section
@@ -599,7 +599,7 @@ def test_report_takes_a_repeated_level_by_its_median_run(tmp_path: Path) -> None
         {"tag": f"{name},c=128,rep={i}", "config": name, "max_concurrency": 128, "delta": None,
          "ttft_stages": {"queue": float(i), "prefill": 50.0, "ttft": 100.0}}
         for name, runs in (("plain", plain), ("gate-9", gate)) for i in range(1, len(runs) + 1)])
-    res = report.load([run])
+    res = sweep_results.load([run])
     assert res.closed["plain"][128]["tag"] == "plain,c=128,rep=3"  # 8,000 of 7,700 / 8,000 / 8,300
     assert res.closed["gate-9"][128]["tag"] == "gate-9,c=128,rep=4"  # the lower middle of four
     text = report.markdown(res, [run.name], 1000, 20, plot=None)
@@ -1132,7 +1132,7 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     levels.closed_level(run, config.ServerConfig("plain", ()), StandInClient(), 16,
                        tmp_path / "prompts.jsonl", rep=2)
     assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
-    [row] = report.load_jsonl(run.dir / "gate.jsonl")
+    [row] = sweep_results.load_jsonl(run.dir / "gate.jsonl")
     assert row["tag"] == "plain,c=16,rep=2" and row["max_concurrency"] == 16
     assert row["cpu_busy"] == {}  # no server process stood in (test_scheduler_sampling.py has one)
     assert row["cpu_machine"]["steal_pct"] == 0 and row["cpu_machine"]["scheduler_rest"] == 0
@@ -1161,7 +1161,7 @@ def test_a_probed_level_records_its_ttft_split(tmp_path: Path, monkeypatch) -> N
     # The level lasts until two probes came back.
     levels.closed_level(run, config.ServerConfig("plain", ()), StandInClient(lambda: len(probed) >= 2),
                        16, dataset)
-    [row] = report.load_jsonl(run.dir / "gate.jsonl")
+    [row] = sweep_results.load_jsonl(run.dir / "gate.jsonl")
     assert probed[0] == ("http://127.0.0.1:30000", "q")
     assert row["ttft_split"] == {"probes": len(probed), "tokenize": 1.0, "to_scheduler": 49.0,
                                  "queue": 50.0, "prefill": 50.0, "back": 50.0}
@@ -1252,7 +1252,7 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
     monkeypatch.setattr(serving_session, "Session", Client)
     sweep.serve_interleaved(run, configs, tmp_path / "prompts.jsonl")
     assert run.failures == [] and up == []
-    assert [r["tag"] for r in report.load_jsonl(run.dir / "raw.jsonl")] == [
+    assert [r["tag"] for r in sweep_results.load_jsonl(run.dir / "raw.jsonl")] == [
         "gate-9,c=128,rep=1", "plain,c=128,rep=1", "plain,c=128,rep=2", "gate-9,c=128,rep=2"]
     assert asked == ["http://127.0.0.1:30000"] * 2 + ["http://127.0.0.1:30001"] * 4 + ["http://127.0.0.1:30000"] * 2
 
@@ -1411,7 +1411,7 @@ def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
     write("profile-gate-4.json", 800, config="gate-4")
     write("profile-prefill-plain.json", 1800, config="plain", phase="prefill")
     write("profile-prefill-gate-4.json", 2200, config="gate-4", phase="prefill")
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     decode = text[text.index("## Decode step profile"):text.index("## Prefill wave profile")]
     assert ("| gate-4 | 16 | 1.00 | 1.250 | 0.80 | 0.20 | 0.00 | 83% | `_fwd_kernel` 0.80 | "
             "`_fwd_kernel` 0.200 |") in decode
@@ -1428,7 +1428,7 @@ def test_report_shows_what_each_prefill_of_a_loaded_level_cost(run_dir: Path) ->
             "config": name, "phase": "level", "concurrency": 16,
             "prefill_intervals": kernel_profile.prefill_interval_summary(trace)}
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     level = text[text.index("## Loaded level profile"):]
     assert "| plain | 1 | 2.0 | 1.00 | 0.5 |" in level
     assert "| gate-4 | 1 | 2.0 | 1.00 | 0.6 |" in level
@@ -1440,7 +1440,7 @@ def test_report_shows_what_the_host_did_in_the_gpu_pauses(run_dir: Path) -> None
     summary = kernel_profile.summarize_trace(trace, steps=2) | kernel_profile.idle_causes(trace, steps=2) | {
         "config": "gate-4", "phase": "level", "concurrency": 16, "prefill_intervals": None}
     (run_dir / "profile-level-gate-4.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     causes = text[text.index("What the host was doing"):]
     assert "| gate-4 | all | late 0.150, waited 0.085, unknown 0.019 |  |  |" in causes
     assert ("| gate-4 | waited | `scheduler.run_batch > aten::copy_ > cudaStreamSynchronize` | 0.085 "
@@ -1455,7 +1455,7 @@ def test_report_tables_each_configurations_host_time_by_span(run_dir: Path) -> N
                    | kernel_profile.host_time(trace, steps=2 / scale)
                    | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None})
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     host = text[text.index("How long each span held the host"):]
     assert "| span | gate-4 | plain |" in host or "| span | plain | gate-4 |" in host
     assert "`scheduler.run_batch` | " in host
@@ -1472,7 +1472,7 @@ def test_report_tables_how_fast_each_servers_host_ran_against_plains(run_dir: Pa
                    | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
                       "host_pace_us": pace})
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     pace = text[text.index("How fast each server's host ran"):]
     assert "| gate-4 | 4.00 | 8.00 | 5.00 | 8.00 | 1.41 |" in pace  # twice as long in two of four: 2 ** 0.5
     assert "| plain | 2.00 | 4.00 | 5.00 | 8.00 | 1.00 |" in pace
@@ -1493,7 +1493,7 @@ def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> Non
                    | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
                       "host_calls_per_step": per_step})
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     calls = text[text.index("What a forward step cost the host"):]
     assert ("| gate-4 | `step[TARGET_VERIFY]` | 144 | 568 | 8.04 | `scheduler.run_batch` 133.5 · "
             "`spec_gate.write_draft_kv` 24.6 |") in calls
@@ -1518,23 +1518,23 @@ def test_report_tables_the_host_time_of_the_steps_after_a_prefill(run_dir: Path)
                    | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
                       "host_calls_per_step": [], "host_ms_after_prefill": after})
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     after = text[text.index("place after the last prefill"):]
     assert "| gate-4 | 6.87 | 5.44 | 5.34 | – |" in after
     assert "| plain | 2.73 | 2.79 | 2.43 | 2.58 |" in after
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
-    res = report.load([run_dir])
+    res = sweep_results.load([run_dir])
     assert [len(p) for p in res.bursty.values()] == [2, 2]
-    gate = report.bursty_stats(res.bursty["gate-4"], slo_ttft_ms=1000, slo_tpot_ms=20)
+    gate = sweep_tables.bursty_stats(res.bursty["gate-4"], slo_ttft_ms=1000, slo_tpot_ms=20)
     # 5 requests: one failed, one over the TTFT SLO -> 3 good over 20 nominal seconds
     assert (gate.requests, gate.good, gate.seconds) == (5, 3, 20.0)
     assert gate.goodput == pytest.approx(0.15)
-    assert report.percentile(gate.tpot_ms, 50) == pytest.approx(7.5)
-    spec = report.bursty_stats(res.bursty["spec"], slo_ttft_ms=1000, slo_tpot_ms=20)
+    assert sweep_tables.percentile(gate.tpot_ms, 50) == pytest.approx(7.5)
+    spec = sweep_tables.bursty_stats(res.bursty["spec"], slo_ttft_ms=1000, slo_tpot_ms=20)
     assert spec.good == 2  # phase 1 misses the TPOT SLO
-    text = report.bursty_tables(res, 1000, 20)
+    text = sweep_tables.bursty_tables(res, 1000, 20)
     assert "| gate-4 | 5 | 60.0 % | 0.15 |" in text and "| 50 / 60 | 4 |" in text
 
 
@@ -1543,7 +1543,7 @@ def test_percentile_matches_numpy() -> None:
 
     values = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0]
     for q in (0, 50, 90, 99, 100):
-        assert report.percentile(values, q) == pytest.approx(np.percentile(values, q))
+        assert sweep_tables.percentile(values, q) == pytest.approx(np.percentile(values, q))
 
 
 def test_report_main_writes_table_and_plot(run_dir: Path) -> None:
@@ -1637,7 +1637,7 @@ def test_find_threshold_with_a_shared_plain_run(run_dir: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:
     spec_only = tmp_path / "spec-only"
     spec_only.mkdir()
-    rows = report.load_jsonl(run_dir / "raw.jsonl")
+    rows = sweep_results.load_jsonl(run_dir / "raw.jsonl")
     write_jsonl(spec_only / "raw.jsonl", [r for r in rows if r["tag"].startswith("spec,")])
     assert find_threshold.main([str(spec_only)]) == 1  # no plain rows of its own
     assert find_threshold.main([str(spec_only), "--plain", str(run_dir)]) == 0

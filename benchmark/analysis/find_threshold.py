@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from benchmark.analysis.report import load, md_table
+from benchmark.analysis.markdown_table import md_table
+from benchmark.analysis.sweep_results import load
 
 
 @dataclass(frozen=True)
