@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from benchmark.analysis import (cpu_profile, decode_log, find_threshold, kernel_profile, report,
-                                sweep_results, sweep_tables, ttft_stages)
+                                sweep_results, sweep_tables, trace_events, ttft_stages)
 from benchmark.client import (commands, levels, output_spread, profiles, prompts, serving_session,
                               sweep, ttft_probe)
 from benchmark.client.bursty import Phase, bursty_slices, compact_details, parse_phases
@@ -843,7 +843,7 @@ def test_idle_after_counts_gaps_in_the_union_of_streams() -> None:
 
 
 def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_path: Path, capsys) -> None:
-    decode, extend = kernel_profile.DECODE_ATTENTION, kernel_profile.EXTEND_ATTENTION
+    decode, extend = trace_events.DECODE_ATTENTION, trace_events.EXTEND_ATTENTION
     trace = {"traceEvents": [
         kernel(decode, 0, 100), kernel("gemm", 100, 100),  # a decode step
         kernel(decode, 300, 100),  # the next one: no prefill in between
@@ -1038,7 +1038,7 @@ def test_host_ms_after_prefill_places_each_decode_step_after_the_last_prefill() 
 
 def mixed_steps_trace() -> dict:
     """Decode, prefill (its GPU busy 0.5 of its 2 ms interval), decode."""
-    decode, extend = kernel_profile.DECODE_ATTENTION, kernel_profile.EXTEND_ATTENTION
+    decode, extend = trace_events.DECODE_ATTENTION, trace_events.EXTEND_ATTENTION
     return {"traceEvents": [kernel(decode, 0, 100), kernel(extend, 500, 300), kernel("gemm", 900, 200),
                             kernel(decode, 2100, 100)]}
 
@@ -1327,8 +1327,8 @@ def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, 
     # No server writes the trace here: check once instead of polling for PROFILE_WAIT_S.
     monkeypatch.setattr(profiles, "wait_for", lambda condition, load=None, timeout=0, poll_s=0: condition())
     reads = []
-    monkeypatch.setattr(kernel_profile, "read_trace",
-                        lambda path, read=kernel_profile.read_trace: reads.append(path) or read(path))
+    monkeypatch.setattr(trace_events, "read_trace",
+                        lambda path, read=trace_events.read_trace: reads.append(path) or read(path))
     with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
         while not run.requests:
             pass  # the level: it lasts until the timer has started the profiler

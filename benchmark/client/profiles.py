@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from benchmark.analysis import kernel_profile
+from benchmark.analysis import kernel_profile, trace_events
 from benchmark.client.commands import bench_command, run_bench
 from benchmark.servers.config import ServerConfig, base_url
 from benchmark.servers.endpoints import http_request, last_gen_throughput, start_profile
@@ -96,7 +96,7 @@ def write_profile(run: Run, config: ServerConfig, trace: Optional[Path], steps: 
     if trace is None:
         run.fail(f"{config.name} {phase} profile: the profiler wrote no trace")
         return
-    events = kernel_profile.read_trace(trace)
+    events = trace_events.read_trace(trace)
     try:
         summary = kernel_profile.summarize_trace(events, steps)
     except ValueError as e:
