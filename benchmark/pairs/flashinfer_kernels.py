@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from benchmark.pairs.model_pair import SHAPES, head_dim
+from benchmark.pairs.design import SHAPES, head_dim
 
 H200_ARCH = "9.0a"
 # For the 8B pair's servers, gated and plain, the GPU host's JIT built FlashInfer's batch-prefill

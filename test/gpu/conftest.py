@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmark.pairs.model_pair import Design, make_design
+from benchmark.pairs.design import Design, make_design
 from servers import KV_PROBE_OFFSET, REPO, SHAPE, SPEC_FLAGS, Server
 
 ACCEPT_LENGTH, SEED = 2.2, 0

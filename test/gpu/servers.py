@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 SHAPE = os.environ.get("SPECGATE_GPU_SHAPE", "1b")
 THRESHOLD = 8
 # The KV-probe pair's draft and target read their KV caches this many tokens back
-# (model_pair.add_kv_probe): fewer than the tokens a burst keeps the gate off, more than the 10
-# steps a re-enable may take.
+# (add_kv_probe in benchmark/pairs/weights.py): fewer than the tokens a burst keeps the gate off,
+# more than the 10 steps a re-enable may take.
 KV_PROBE_OFFSET = 16
 BURST_GAP_S = 0.5
 SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",

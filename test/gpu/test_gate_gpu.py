@@ -1,9 +1,10 @@
 """The gate on a real GPU through real SGLang (short forms of the issue-3 acceptance checks).
 
 Greedy decoding on the generated pair is exact (its logits are separated by ~sqrt(hidden)) and
-known in advance (the pair's walk, model_pair.Design.continuation), so plain, always-on, gated
-and TP=2 gated servers must each emit it token for token, hence agree with each other; the load
-ramps across the threshold while long requests are running, so their lifetimes span gate switches.
+known in advance (the pair's walk, Design.continuation in benchmark/pairs/design.py), so plain,
+always-on, gated and TP=2 gated servers must each emit it token for token, hence agree with each
+other; the load ramps across the threshold while long requests are running, so their lifetimes
+span gate switches.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
 
 def walk_prompts(design, seed: int = 2) -> list[list[int]]:
     """Prompts along the pair's walk, at least KV_PROBE_OFFSET + 1 tokens: the KV probe's heads
-    cancel only where the context follows the walk (model_pair.add_kv_probe)."""
+    cancel only where the context follows the walk (benchmark/pairs/weights.py, add_kv_probe)."""
     rng = random.Random(seed)
     starts = [int(design.walk_tokens[rng.randrange(len(design.walk_tokens))]) for _ in range(N_PROMPTS)]
     return [[t] + design.continuation(t, rng.randrange(KV_PROBE_OFFSET, 200)) for t in starts]
