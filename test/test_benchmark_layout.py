@@ -1,6 +1,7 @@
 """benchmark/ keeps the layout its README states: imports go one way between its packages
 (client -> analysis -> servers; pairs, cli and results_index on their own), with no cycle, read
-from the source with ``ast`` (nothing is imported)."""
+from the source with ``ast`` (nothing is imported); and no module grows past MAX_LINES, the size
+past which one file held several concepts (sweep.py had reached 1,229 lines)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each package may import its own modules and those of the packages after it in this order.
 LAYERS = ("client", "analysis", "servers")
 ON_THEIR_OWN = {"pairs": "benchmark.pairs", "cli": "benchmark.cli", "results_index": "benchmark.results_index"}
+MAX_LINES = 500
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -86,6 +88,14 @@ def test_imports_go_one_way_between_the_packages() -> None:
             if not allowed:
                 wrong.append(f"{name} imports {other}")
     assert wrong == []
+
+
+def test_no_module_passes_max_lines() -> None:
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+             for path in (ROOT / "benchmark").rglob("*.py")
+             if "results" not in path.relative_to(ROOT / "benchmark").parts}
+    assert len(sizes) > 30  # the package's modules were found
+    assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
 
 
 def test_the_checks_see_a_cycle_and_relative_imports(tmp_path: Path) -> None:

@@ -25,8 +25,10 @@ from typing import Callable, Iterator, Optional, Sequence
 import pytest
 from threaded_server import serving
 
+from benchmark.analysis import soak_verdict
 from benchmark.client import soak, soak_load
 from benchmark.client.soak_load import Load, Mix, RequestPlan, RequestResult, Wave
+from benchmark.servers import memory
 
 TOKEN_DELAY_S = 0.002
 
@@ -399,7 +401,7 @@ def test_take_sample(fake: FakeSGLang) -> None:
 
 
 def test_listening_pid_finds_the_server(fake: FakeSGLang) -> None:
-    assert soak.listening_pid(fake.url) in (os.getpid(), None)  # None where psutil may not look
+    assert memory.listening_pid(fake.url) in (os.getpid(), None)  # None where psutil may not look
 
 
 # --------------------------------------------------------------------------- verdict
@@ -422,7 +424,7 @@ QUEUED = {"max_queue": 12, "retracted": 4}
 def judge(counts: dict, rows: list[dict], alive: tuple[bool, str] = ALIVE,
           pool_failures: Optional[Sequence[str]] = (), exercised: dict = EXERCISED,
           planned: dict = ALL_PLANNED, log_stats: Optional[dict] = QUEUED) -> dict:
-    return soak.verdict(counts, rows, alive=alive, pool_failures=pool_failures, warmup=20, settle=20,
+    return soak_verdict.verdict(counts, rows, alive=alive, pool_failures=pool_failures, warmup=20, settle=20,
                         max_gpu_growth=0.02, max_host_growth=0.02, min_switches=2, aborts_planned=True,
                         exercised=exercised, exercise_planned=planned, log_stats=log_stats,
                         bursts_planned=True)
@@ -500,7 +502,7 @@ def test_queue_and_retractions_are_read_from_the_server_log(tmp_path: Path) -> N
         "[2026-12-06 10:00:03] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
         "#new_tokens_gained: 700, #new_token_ratio: 0.5000 -> 0.6000\n"
         "[2026-12-06 10:00:04] Testing retraction. #retracted_reqs: 5, #new_tokens_gained: 10\n")
-    assert soak.queue_and_retractions(log) == {"max_queue": 18, "retracted": 3}
+    assert soak_verdict.queue_and_retractions(log) == {"max_queue": 18, "retracted": 3}
 
 
 def test_verdict_judges_the_servers_own_gpu_memory_where_known() -> None:
@@ -573,7 +575,7 @@ def test_pool_check_failures_are_read_from_the_server_log(tmp_path: Path) -> Non
     log.write_bytes("".join(["[2026-12-05 09:59:59] INFO: Prefill batch, #new-token: 16\n", failures[0],
                              "Traceback (most recent call last):\n", *failures[1:],
                              "Scheduler hit an exception\n"]).encode() + b"\xff not UTF-8\n")
-    assert soak.pool_check_failures(log) == failures
+    assert soak_verdict.pool_check_failures(log) == failures
 
 
 def test_memory_baseline_is_the_settled_level_not_a_stall_sample() -> None:
@@ -767,7 +769,7 @@ def test_server_alive_needs_a_running_server_and_a_complete_probe() -> None:
 def test_the_server_process_tree_includes_its_children() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert child.pid in {p.pid for p in soak.process_tree(os.getpid())}
+        assert child.pid in {p.pid for p in memory.process_tree(os.getpid())}
     finally:
         child.kill()
         child.wait()
@@ -775,6 +777,6 @@ def test_the_server_process_tree_includes_its_children() -> None:
 
 def test_server_gpu_memory_counts_only_its_processes(monkeypatch) -> None:
     # nvidia-smi's per-process rows, stood in for: no GPU here.
-    monkeypatch.setattr(soak, "nvidia_smi", lambda query: [["1", "100"], ["2", "200"]])
-    assert soak.server_gpu_memory_mib({1}) == 100
-    assert soak.server_gpu_memory_mib({3}) is None
+    monkeypatch.setattr(memory, "nvidia_smi", lambda query: [["1", "100"], ["2", "200"]])
+    assert memory.server_gpu_memory_mib({1}) == 100
+    assert memory.server_gpu_memory_mib({3}) is None
