@@ -7,9 +7,8 @@ function's share of the samples: inclusive (anywhere on the stack) and self (on 
 ``--idle``, waiting (on the GPU, a lock, a socket) counts too, so the shares are of wall time.
 
 Comparing a gated server's off steps with a plain server's under the same load shows what the
-off state adds on the CPU side: that is how the synchronize in SGLang's speculative prefill,
-which chunked_prefill_tail.py removes, was found
-(benchmark/results/2026-11-30-offcost-8b-2.2-one-split).
+off state adds on the CPU side (the synchronize in SGLang's speculative prefill that
+chunked_prefill_tail.py removes was found so).
 
     python -m benchmark.analysis.cpu_profile pyspy-idle-plain-c64.txt pyspy-idle-gate-9-c64.txt --top 30
 

@@ -59,10 +59,9 @@ def decode_intervals(log_text: str) -> list[Interval]:
 def prefill_cost(intervals: list[Interval]) -> Optional[dict]:
     """What a prefill batch costs the decoding requests: a least-squares line through the
     intervals' durations against the prefill batches in each. ``step_ms``: a decode step alone
-    (the intercept over the interval's steps); ``per_prefill_ms``: the slope. Two servers whose
-    whole runs differ more than their decode steps do differ here
-    (benchmark/results/2026-12-02-flashinfer-c32-traced). None unless some intervals hold a
-    prefill and some do not."""
+    (the intercept over the interval's steps); ``per_prefill_ms``: the slope: where two servers'
+    whole runs differ more than their decode steps do. None unless some intervals hold a prefill
+    and some do not."""
     points = [(i.prefills, i.duration_ms()) for i in intervals if i.tok_s > 0]
     if not points:
         return None
@@ -79,7 +78,7 @@ def prefill_batches(log_text: str) -> dict:
     """How a level's arrivals were grouped into prefill batches: how many batches, and the
     requests and prompt tokens they prefilled (a chunked prompt counts in each of its chunks).
     At C = max running requests two servers can group the same arrivals differently, and every
-    batch interrupts decoding (benchmark/results/2026-12-01-offcost-8b-2.2-write-graph)."""
+    batch interrupts decoding."""
     batches = [(int(requests), int(tokens)) for requests, tokens in PREFILL_LINE.findall(log_text)]
     return {"batches": len(batches), "requests": sum(r for r, _ in batches),
             "tokens": sum(t for _, t in batches)}

@@ -147,10 +147,7 @@ def host_time(trace, steps: int) -> dict:
 
 
 # Host calls that both servers' forwards make alike, whatever their code: how long one takes is
-# how fast the host ran the server. In one FlashInfer A/B every one of them took 1.3-1.6x as long
-# in the gate's server as in plain's, the same calls per attention layer, so the gate's longer
-# host-bound gaps measured its host, not its code
-# (benchmark/results/2026-12-03-flashinfer-c128-traced); compare paces before reading host time.
+# how fast the host ran the server, so compare paces before reading host time.
 PACE_CALLS = ("aten::view", "aten::slice", "aten::empty", "cudaLaunchKernel")
 
 
@@ -173,24 +170,18 @@ def host_calls_per_step(trace) -> dict:
     STEP_SPAN): how many host calls (torch ops, nested ones included, and CUDA runtime and
     driver calls) the scheduler made in that span, and how long it held the host, medians over
     the trace, from a trace with CPU activity. Unlike host time, the count does not depend on
-    how fast the host ran: in one FlashInfer A/B the gate's off step made 3.2x the calls of
-    plain's decode step on either host (benchmark/results/2026-12-03-flashinfer-c128-start-order).
+    how fast the host ran.
     ``top_level_calls_by_span`` says where they were made: the calls not nested in another
     call, by the innermost annotated span around each (``span_kind``), mean a step, so that
-    work done every few steps (the gate's draft KV writes) counts by its share. At C = 64 on
-    FlashInfer it showed most of the off step's extra calls outside its forward, in
-    upstream's spec-v2 step (benchmark/results/2026-12-04-flashinfer-c64-off-step-ab).
+    work done every few steps (the gate's draft KV writes) counts by its share.
     ``top_level_us_by_op``: the same calls by span and name, the TOP_LEVEL_OPS that held the
-    host longest, mean microseconds a step: which calls to cut (the gate's off step at C = 64 on
-    FlashInfer: 2026-12-04-flashinfer-c64-deferred-first-write).
+    host longest, mean microseconds a step: which calls to cut.
     ``gpu_us_by_span``: the GPU work (kernels, copies, memsets) the step span's host calls
     launched, by the innermost annotated span around each launch, mean microseconds a step: what
-    the gate's draft KV upkeep costs the GPU next to the forward (a 1024-row write, 0.5 ms at 8B:
-    benchmark/results/2026-12-04-flashinfer-c128-host-diet-traced).
+    the gate's draft KV upkeep costs the GPU next to the forward.
     ``host_ms_after_prefill``: the median host ms of the decode steps by their place after the
-    last prefill (first, second, third, later). After a host-bound prefill the GPU waits for the
-    first: there the gate's draft KV writes had made it the longest
-    (benchmark/results/2026-12-04-flashinfer-c64-plain-first)."""
+    last prefill (first, second, third, later): after a host-bound prefill the GPU waits for the
+    first."""
     events = events_of(trace)
     annotations = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X" and "dur" in e]
     host_ops = sorted((e for e in events if e.get("cat") in HOST_OPS_AND_CALLS and e.get("ph") == "X"),

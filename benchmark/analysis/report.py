@@ -121,10 +121,8 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "prefill batches in each: a decode step alone, and what one prefill batch "
                   "costs the decoding requests (`decode_log.prefill_cost`). "
                   "mean TTFT: a gated server's prefill also keeps the draft's KV cache: with the "
-                  "gate on it runs the draft over the prompt (about 6 % more prefill GPU time at "
-                  "8B; benchmark/results/2026-11-30-offcost-8b-2.2-chunk-tail), and with it off "
-                  "it buffers one row a prompt token for the plain steps after it to write "
-                  "(`deferred_draft_kv.py`)."]
+                  "gate on it runs the draft over the prompt, and with it off it buffers one row "
+                  "a prompt token for the plain steps after it to write (`deferred_draft_kv.py`)."]
     host_lengths = host_lengths_table(res)
     if host_lengths:
         parts += ["## Host sequence lengths (`host_seq_lens.py`)", host_lengths,

@@ -43,9 +43,9 @@ def queue_and_retractions(log: Path) -> dict:
 def memory_stats(samples: list[dict], key: str, warmup: float, settle: float) -> Optional[dict]:
     """The baseline, last and largest value after it, and their growth over the baseline. The
     baseline is the lowest sample in the ``settle`` seconds after the warm-up, and only samples
-    from it on are judged: a sample taken in a stall (a one-time compile held both committed
-    soaks' servers past their warm-ups) can sit above the level the server then keeps, and
-    growth measured from it would hide as much."""
+    from it on are judged: a sample taken in a stall (a one-time compile can hold a server past
+    its warm-up) can sit above the level the server then keeps, and growth measured from it
+    would hide as much."""
     timed = [(s["t"], s[key]) for s in samples if s["t"] >= warmup and s.get(key) is not None]
     if len(timed) < 2:
         return None

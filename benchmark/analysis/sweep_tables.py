@@ -178,8 +178,7 @@ def versus_plain_table(res: Results) -> str:
 def order_balanced_table(runs: dict[str, Results]) -> str:
     """Each gate against plain in sweeps that started the servers in different orders (one
     directory each, plans/start_order.sh): its medians' ratio in each, and their geometric
-    mean. Started second, a server's host ran 1.23-1.28x slower in one A/B, whichever it was
-    (benchmark/results/2026-12-03-flashinfer-c128-start-order); the mean cancels that."""
+    mean, which cancels what the start order alone does to a server's host."""
     ratios: dict[tuple[str, int], dict[str, list[float]]] = {}
     for res in runs.values():
         for name, c, gated, base in res.against_plain():

@@ -18,9 +18,8 @@ into stages:
 * ``prefill``: joining a batch, until the scheduler processed the prefill's result;
 * ``back``: that result, until the tokenizer manager handled it (detokenizer, IPC, its loop).
 
-Why: on one host the gated server's TTFT doubled, while neither its queue nor its prefill moved
-(benchmark/results/2026-12-01-offcost-8b-2.2-c128-plain-decode). These stages say which of the
-others holds the time.
+Why: a gated server's TTFT can grow while neither its queue nor its prefill moves; these stages
+say which of the others holds the time.
 """
 
 from __future__ import annotations

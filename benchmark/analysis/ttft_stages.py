@@ -10,9 +10,8 @@ With ``--enable-metrics`` SGLang observes, per request:
   tokenization and the trip back through the detokenizer included.
 
 A histogram's ``_sum`` and ``_count`` read before and after a load level give that level's mean
-per request. The speculative servers' TTFT came out 16–51 % over plain's while their prefill's
-GPU time was only 5.6 % more (benchmark/results/2026-11-30-offcost-8b-2.2): this says in which
-stage the difference is.
+per request. Where a speculative server's TTFT grows more than its prefill's GPU time, this says
+in which stage the difference is.
 """
 
 from __future__ import annotations

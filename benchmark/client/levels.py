@@ -22,13 +22,11 @@ from benchmark.servers.config import ServerConfig, base_url
 from benchmark.servers.endpoints import gate_delta, gate_snapshot, http_request, reset_accept_length
 from benchmark.servers.record import Run
 
-# Closed levels run but not reported. --warm-up-level: a server's first level ran slower than
-# the same level right after it, by a different amount per server (8B, C = 128: plain 8,134 ->
-# 8,338 tok/s, the gate 7,426 -> 7,500; benchmark/results/2026-12-01-offcost-8b-2.2-c128), so
-# an A/B whose first level is measured compares unequally warm servers. --profile-level: the
-# profiler slows a server, a gated one more (at C = 64, 8B: plain by 9 %, the gate by 15 %;
-# benchmark/results/2026-12-01-offcost-8b-2.2-prompt-rows), so no measured level is traced.
-# --cpu-profile-level: py-spy stops the scheduler for every sample it takes.
+# Closed levels run but not reported. --warm-up-level: a server's first level runs slower than
+# the same level right after it, by a different amount per server, so an A/B whose first level
+# is measured compares unequally warm servers. --profile-level: the profiler slows a server, a
+# gated one more, so no measured level is traced. --cpu-profile-level: py-spy stops the
+# scheduler for every sample it takes.
 WARM_UP, PROFILED, CPU_PROFILED = "warm-up", "profiled", "cpu-profiled"
 
 # A closed level to run: (server, C, purpose, rep), as level_plan's (C, purpose, rep).

@@ -4,9 +4,9 @@ With one output length for every request, a closed loop at C = max running reque
 waves: C requests are admitted together, decode together, finish together, and their successors
 prefill back to back before anyone decodes. A small timing difference (one slower prefill, one
 request admitted a step later) splits a wave into groups that then stay apart, and each group's
-prefills stall the others' decoding. Which of the two a level settles in moved a plain server's
-own median TPOT at C = 128 between 11.0 and 12.3 ms over eight runs of one configuration
-(benchmark/results/2026-12-01-offcost-8b-2.2-spread). Serving traffic has no waves.
+prefills stall the others' decoding: which of the two a level settles in moves a server's own
+median TPOT from run to run (benchmark/README.md, "Why each measurement"). Serving traffic has
+no waves.
 
 ``sweep.py --output-len L --output-len-spread S`` draws each prompt's output length uniformly
 from L·(1 - S) to L·(1 + S) and writes it into a copy of the dataset the only way SGLang's

@@ -163,8 +163,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "than the same level after it, by a different amount per server")
     p.add_argument("--repeat-levels", type=int, default=1, metavar="K",
                    help="run each measured closed level K times back to back (tags ...,rep=I); "
-                        "report.py reports a level by its median run: at C = 128 one level's "
-                        "throughput moved by up to 4 %% from the next on the same server")
+                        "report.py reports a level by its median run, as one level's throughput "
+                        "moves from one run to the next on the same server")
     p.add_argument("--interleave", action="store_true",
                    help="start every configuration's server at once, each with a share of the "
                         "GPU's memory on ports --port, --port+1, ..., and run each closed level "

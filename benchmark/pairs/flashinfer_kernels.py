@@ -1,11 +1,9 @@
 """FlashInfer's kernels for the project's lent GPU host: built on a CPU host, checked on the GPU.
 
 The kit's flashinfer wheel drops the vendored CCCL that FlashInfer's JIT builds need, so the GPU
-host cannot build them (results/2026-12-02-flashinfer-jit-on-the-kit). Where it can, a fresh host
-pays about 2 minutes of its 30 for them (results/2026-12-04-flashinfer-aot-kernels). The kit
-therefore carries them, as FlashInfer's AOT directory packed in .gpu/flashinfer-aot.tar.xz
-(gpu_job.sh installs it). Until 2026-12-04 that archive held what one GPU host had built, which
-covered the 8B pair alone, and a 1B FlashInfer run failed on it.
+host cannot build them, and where it can a fresh host pays minutes of its session for them. The
+kit therefore carries them, built here for every model shape a plan runs, as FlashInfer's AOT
+directory packed in .gpu/flashinfer-aot.tar.xz (gpu_job.sh installs it).
 
     python benchmark/flashinfer_kernels.py build .gpu/flashinfer-aot.tar.xz --shapes 1b 8b
         On any x86-64 host with CUDA 13.0's nvcc and the full flashinfer wheel (the project's
@@ -30,9 +28,9 @@ from pathlib import Path
 from benchmark.pairs.design import SHAPES, head_dim
 
 H200_ARCH = "9.0a"
-# For the 8B pair's servers, gated and plain, the GPU host's JIT built FlashInfer's batch-prefill
-# module in its FA2 and sm90 ("fa3") builds and no decode module (2026-12-04): at 4 query heads
-# per KV head SGLang decodes on the prefill kernels too.
+# For the pair's servers, gated and plain, the GPU host's JIT built FlashInfer's batch-prefill
+# module in its FA2 and sm90 ("fa3") builds and no decode module: at 4 query heads per KV head
+# SGLang decodes on the prefill kernels too.
 ATTENTION_BACKENDS = ("fa2", "fa3")
 
 

@@ -1,6 +1,6 @@
-"""The machine a benchmark runs on, for the head of its command.txt: the same load gave a gated
-server 0.83-0.99x a plain one's throughput on four H200 hosts
-(results/2026-12-01-offcost-8b-2.2-c128-hosts), and results must say which host they came from."""
+"""The machine a benchmark runs on, for the head of its command.txt: the same load gives a gated
+server a different ratio to a plain one on different hosts of one GPU type, so results must say
+which host they came from."""
 
 from __future__ import annotations
 

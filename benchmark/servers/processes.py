@@ -7,10 +7,9 @@ It starts the schedulers and the detokenizer as its children, each titled by set
 loop. A loop that kept its thread near 1.0 (a whole core) over a level is where requests or
 outputs queued.
 
-Why measure it: on one host, the gated server's time to first token doubled while its
-scheduler's own stages did not move
-(benchmark/results/2026-12-01-offcost-8b-2.2-c128-plain-decode). Reading CPU times stops no
-process, unlike py-spy, so every measured level can carry it.
+Why measure it: a server's time to first token can grow while its scheduler's own stages do
+not move, and then one of these loops holds the time. Reading CPU times stops no process, unlike
+py-spy, so every measured level can carry it.
 """
 
 from __future__ import annotations
@@ -87,11 +86,9 @@ def busiest_thread_share(before: ThreadTimes, after: ThreadTimes, seconds: float
 
 
 # Why the machine's CPU too: the scheduler's thread reads busy whether it computes or spins in a
-# wait on the GPU, so its share cannot tell a slow host. In one FlashInfer A/B the gate's server
-# ran every host call 1.3-1.6x as long as plain's did
-# (benchmark/results/2026-12-03-flashinfer-c128-traced): a busier machine, CPU time taken by the
-# hypervisor (steal) or the server's own other threads would say why, for every level and
-# without a profiler.
+# wait on the GPU, so its share cannot tell a slow host. A busier machine, CPU time taken by the
+# hypervisor (steal) or the server's own other threads says why one server's host ran slower
+# than another's, for every level and without a profiler.
 MACHINE_IDLE = ("idle", "iowait")
 MACHINE_GUEST = ("guest", "guest_nice")  # Linux counts them in user and nice already
 MACHINE_KEYS = ("cores_busy", "steal_pct", "scheduler_rest")  # machine_share's
@@ -127,11 +124,10 @@ def machine_share(before, after, threads_before: ThreadTimes, threads_after: Thr
             "scheduler_rest": round(sum(scheduler[1:]) / seconds, 3)}
 
 
-# Why placement too: in one FlashInfer A/B with each server started first once, the server
-# started second ran every host call 1.23-1.28x as long, whichever it was, on a machine whose
-# busy cores and steal did not change (benchmark/results/2026-12-03-flashinfer-c128-start-order).
-# A scheduler thread sharing its core's other hardware thread with a busy one (the client, the
-# tokenizer) or running away from its memory's NUMA node would do that, and it is settled per start.
+# Why placement too: a server's host can run slower by its start order alone, on a machine whose
+# busy cores and steal do not change. A scheduler thread sharing its core's other hardware thread
+# with a busy one (the client, the tokenizer) or running away from its memory's NUMA node would do
+# that, and it is settled per start.
 PLACEMENT_KEYS = ("scheduler_cpus", "sibling_busy", "numa_nodes")  # placement's
 PLACEMENT_SAMPLE_S = 0.5
 SYS_CPU = Path("/sys/devices/system/cpu")
