@@ -1,6 +1,6 @@
-"""CPU tests of benchmark/pairs/flashinfer_kernels.py: what a CPU host lacks for FlashInfer's builds, and
-the probe's answer where there is no GPU. The build itself (minutes of nvcc) and the probe's run
-(a GPU) are not tested here: the results folder of 2026-12-04's build says how they were checked."""
+"""CPU tests of benchmark/pairs/flashinfer_kernels.py: what a CPU host lacks for FlashInfer's builds,
+and the probe's answer where there is no GPU. The build itself (minutes of nvcc) and the probe's
+run (a GPU) are not tested here: gpu_job.sh probes the carried kernels before a plan uses them."""
 
 from __future__ import annotations
 

@@ -579,7 +579,7 @@ def test_pool_check_failures_are_read_from_the_server_log(tmp_path: Path) -> Non
 
 
 def test_memory_baseline_is_the_settled_level_not_a_stall_sample() -> None:
-    # As in 2026-12-03-soak-1b-n8-flashinfer-final: the first sample after the warm-up, taken in a
+    # As in one FlashInfer soak on the GPU host: the first sample after the warm-up, taken in a
     # stall, sat above the level the server kept; growth from it would hide a leak that size.
     rows = samples([1000] * 7, [5314, 5314, 5314, 5181, 5181, 5290, 5290], [0, 1, 3, 5, 6, 8, 9])
     stats = judge(COUNTS, rows)["memory"]["host_rss_mib"]
