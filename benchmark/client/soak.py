@@ -33,13 +33,15 @@ import time
 from contextlib import suppress
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Optional, TextIO
+from typing import Any, Awaitable, Callable, Coroutine, Optional, TextIO
+
+import aiohttp
 
 from benchmark.analysis.soak_verdict import markdown, pool_check_failures, queue_and_retractions, verdict
 from benchmark.cli import int_list
 from benchmark.client.soak_load import (EXERCISED, FIRST_PROMPT_ID, PROBE_TOKENS, Load, Mix,
                                         RequestResult, Wave, client_session, common_substring, drive,
-                                        probe)
+                                        loop_time, probe)
 from benchmark.servers.config import (Speculation, add_server_arguments, base_url, server_configs,
                                       split_server_flags)
 from benchmark.servers.endpoints import gate_snapshot, http_json
@@ -78,7 +80,7 @@ def take_sample(url: str, pid: Optional[int], t: float, load: Load) -> dict:
     return sample
 
 
-async def sample_until(stop: asyncio.Event, interval: float, take: Callable[[], dict],
+async def sample_until(stop: asyncio.Event, interval: float, take: Callable[[], Awaitable[dict]],
                        on_sample: Callable[[dict], None]) -> None:
     """A sample every ``interval`` seconds, and a last one taken after ``stop`` is set (a
     sample already under way when it is set still reflects the load before the drain)."""
@@ -86,8 +88,8 @@ async def sample_until(stop: asyncio.Event, interval: float, take: Callable[[], 
         with suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
         if not stop.is_set():
-            on_sample(await asyncio.to_thread(take))  # nvidia-smi and urllib block
-    on_sample(await asyncio.to_thread(take))
+            on_sample(await take())
+    on_sample(await take())
 
 
 def calibrate_stop_strings(url: str, vocab_size: int, seed: int) -> tuple[str, ...]:
@@ -178,10 +180,12 @@ def commit() -> str:
 
 
 async def load_and_sample(run: Run, url: str, wave: Wave, mix: Mix, pid: Optional[int],
-                          incremental: bool) -> tuple[Load, list[dict], RequestResult]:
+                          incremental: bool, connect: Callable[[], aiohttp.ClientSession],
+                          ) -> tuple[Load, list[dict], RequestResult, float]:
+    """The load, the samples taken through it and the probe after it, and the load's seconds."""
     args, load, samples = run.args, Load(), []
     rid_prefix = f"soak-{secrets.token_hex(3)}"  # unique across soaks of one server
-    start = time.monotonic()
+    start = loop_time()
     with open(run.dir / "samples.jsonl", "w") as sf, open(run.dir / "requests.jsonl", "w") as rf:
         write_sample, write_request = jsonl(sf), jsonl(rf)
 
@@ -189,13 +193,14 @@ async def load_and_sample(run: Run, url: str, wave: Wave, mix: Mix, pid: Optiona
             samples.append(sample)
             write_sample(sample)
 
-        def take() -> dict:
-            return take_sample(url, pid, time.monotonic() - start, load)
+        async def take() -> dict:
+            t = loop_time() - start  # the load's clock, read here: nvidia-smi and urllib block a thread
+            return await asyncio.to_thread(take_sample, url, pid, t, load)
 
-        on_sample(take())  # before the first request: the counters' baseline
+        on_sample(await take())  # before the first request: the counters' baseline
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample_until(stop, args.sample_interval, take, on_sample))
-        async with client_session() as session:
+        async with connect() as session:
             try:
                 await drive(session, url, wave, args.duration, mix.plans(args.seed, rid_prefix),
                             soak_start=start, timeout=args.request_timeout,
@@ -205,12 +210,15 @@ async def load_and_sample(run: Run, url: str, wave: Wave, mix: Mix, pid: Optiona
                 stop.set()
                 await sampler
             last = await probe(session, url, rid_prefix, start, args.request_timeout)
-    return load, samples, last
+    return load, samples, last, loop_time() - start
 
 
 def soak(run: Run, url: str, pid: Optional[int], proc: Optional[subprocess.Popen],
-         server_log: Optional[Path]) -> int:
-    """``server_log``: where the server this script started logs; None for an attached one."""
+         server_log: Optional[Path], *, connect: Callable[[], aiohttp.ClientSession] = client_session,
+         run_load: Callable[[Coroutine], Any] = asyncio.run) -> int:
+    """``server_log``: where the server this script started logs; None for an attached one.
+    ``connect`` opens the load's HTTP session and ``run_load`` runs its event loop, whose clock
+    the load reads: a test gives its own of both."""
     args = run.args
     try:
         info = http_json(url + "/server_info")
@@ -230,10 +238,9 @@ def soak(run: Run, url: str, pid: Optional[int], proc: Optional[subprocess.Popen
     run.note(f"# soak {args.duration:g} s on {url}, N={threshold}, {wave}, stop strings "
              f"{stop_strings}, server pid {pid}")
     started = datetime.datetime.now().isoformat(timespec="seconds")
-    t0 = time.monotonic()
-    load, samples, last = asyncio.run(load_and_sample(
-        run, url, wave, mix, pid, incremental=bool(info.get("incremental_streaming_output"))))
-    elapsed_s = time.monotonic() - t0
+    load, samples, last, elapsed_s = run_load(load_and_sample(
+        run, url, wave, mix, pid, incremental=bool(info.get("incremental_streaming_output")),
+        connect=connect))
     if server_log is not None:  # an attached server's exit and log are not ours to see
         time.sleep(IDLE_CHECK_WAIT_S)
     summary = {

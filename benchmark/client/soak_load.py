@@ -19,13 +19,15 @@ Every request has a deadline: one that exceeds it is counted as hung.
 
 Prompts are random token ids: their length is exact without a tokenizer, any model accepts them,
 and they almost never share a prefix, so the radix cache does not shorten the prefills.
+
+Every time is read from the running event loop's clock (``loop_time``, time.monotonic on
+asyncio's loops), so that the load runs as it would on a loop whose clock is a test's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
@@ -291,6 +293,11 @@ class Load:
     exercised: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EXERCISED, 0))
 
 
+def loop_time() -> float:
+    """The running event loop's clock, which the load's times and timeouts share."""
+    return asyncio.get_running_loop().time()
+
+
 async def stream(session: aiohttp.ClientSession, url: str, plan: RequestPlan,
                  result: RequestResult, incremental: bool, started: float) -> None:
     """Send one request and read its stream into ``result``; errors land in ``result.error``."""
@@ -321,7 +328,7 @@ async def stream(session: aiohttp.ClientSession, url: str, plan: RequestPlan,
             result.completion_tokens = meta.get("completion_tokens")
             result.finish_reason = meta.get("finish_reason")
             if result.ttft_s is None and result.tokens:
-                result.ttft_s = time.monotonic() - started
+                result.ttft_s = loop_time() - started
             if (plan.abort_at is not None and result.tokens >= plan.abort_at
                     and result.finish_reason is None):
                 result.aborted = True
@@ -332,7 +339,7 @@ async def stream(session: aiohttp.ClientSession, url: str, plan: RequestPlan,
 
 async def run_request(session: aiohttp.ClientSession, url: str, plan: RequestPlan,
                       soak_start: float, timeout: float, incremental: bool) -> RequestResult:
-    started = time.monotonic()
+    started = loop_time()
     result = RequestResult.of(plan, started - soak_start)
     try:
         await asyncio.wait_for(stream(session, url, plan, result, incremental, started), timeout)
@@ -340,7 +347,7 @@ async def run_request(session: aiohttp.ClientSession, url: str, plan: RequestPla
         result.hung = True  # cancelling the stream closed the connection: SGLang aborts it
     except (aiohttp.ClientError, OSError, ValueError) as e:  # refused, reset, bad JSON
         result.error = f"{type(e).__name__}: {e}"
-    result.latency_s = time.monotonic() - started
+    result.latency_s = loop_time() - started
     return result
 
 
@@ -384,7 +391,7 @@ async def drive(session: aiohttp.ClientSession, url: str, wave: Wave, duration: 
                 load.failures += 1
             on_result(result)
 
-    while (t := time.monotonic() - soak_start) < duration:
+    while (t := loop_time() - soak_start) < duration:
         if load.failures >= max_failures:
             load.stopped_early = True
             break
