@@ -16,10 +16,10 @@ import re
 import shutil
 import statistics
 import sys
-import time
+import threading
 import urllib.error
 from contextlib import contextmanager
-from typing import Callable
+from typing import Callable, Optional
 from pathlib import Path
 
 import pytest
@@ -1102,16 +1102,15 @@ def stand_in_level_run(tmp_path: Path, monkeypatch, *flags: str) -> record.Run:
 
 
 class StandInClient:
-    """The serving client: once ``until()`` holds (or after 10 s), it writes its log and
-    appends its row to --output-file."""
+    """The serving client: once ``level_over`` is set (at once without one), it writes its log
+    and appends its row to --output-file."""
 
-    def __init__(self, until=lambda: True) -> None:
-        self.until = until
+    def __init__(self, level_over: Optional[threading.Event] = None) -> None:
+        self.level_over = level_over
 
     def run(self, argv: list[str], log: Path) -> int:
-        deadline = time.monotonic() + 10
-        while not self.until() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        if self.level_over is not None:
+            assert self.level_over.wait(timeout=60), "the level's end never came"  # a bound, not a pace
         log.write_text("")
         tag, out = (argv[argv.index(flag) + 1] for flag in ("--tag", "--output-file"))
         with open(out, "a") as f:
@@ -1148,19 +1147,20 @@ def test_a_probed_level_records_its_ttft_split(tmp_path: Path, monkeypatch) -> N
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text(json.dumps({"conversations": [{"role": "user", "content": "q"},
                                                      {"role": "assistant", "content": "a"}]}) + "\n")
-    probed = []
+    probed, two_probed = [], threading.Event()
     stamps = {"request_received_ts": 1.0, "api_server_dispatch_finish_ts": 1.001,
               "forward_entry_time": 1.1, "queue_time": 0.05, "prefill_finished_time": 1.15,
               "request_finished_ts": 1.2}
 
     def post(url: str, payload: dict) -> dict:
         probed.append((url, payload["text"]))
+        if len(probed) == 2:
+            two_probed.set()
         return {"meta_info": stamps}
 
     monkeypatch.setattr(ttft_probe, "post_generate", post)
     # The level lasts until two probes came back.
-    levels.closed_level(run, config.ServerConfig("plain", ()), StandInClient(lambda: len(probed) >= 2),
-                       16, dataset)
+    levels.closed_level(run, config.ServerConfig("plain", ()), StandInClient(two_probed), 16, dataset)
     [row] = sweep_results.load_jsonl(run.dir / "gate.jsonl")
     assert probed[0] == ("http://127.0.0.1:30000", "q")
     assert row["ttft_split"] == {"probes": len(probed), "tokenize": 1.0, "to_scheduler": 49.0,
@@ -1285,6 +1285,21 @@ def test_interleaved_levels_go_on_without_a_server_that_failed_to_start(tmp_path
     assert measured == [] and len(run.failures) == 3
 
 
+class LevelPastTheDelay:
+    """LevelProfile's timer, for a level that outlasts LEVEL_PROFILE_DELAY_S: it fires as the
+    level starts."""
+
+    def __init__(self, delay_s: float, start: Callable[[], None]) -> None:
+        self.start, self.cancel, self.join = start, lambda: None, lambda: None
+
+
+class LevelWithinTheDelay(LevelPastTheDelay):
+    """The timer of a level that ends within LEVEL_PROFILE_DELAY_S: it never fires."""
+
+    def __init__(self, delay_s: float, start: Callable[[], None]) -> None:
+        super().__init__(delay_s, lambda: None)
+
+
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags: str,
                       trace: Callable[[], dict] = mixed_steps_trace) -> "record.Run":
     """A sweep whose server is a stand-in: /start_profile writes ``trace`` when
@@ -1311,8 +1326,7 @@ def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags
 
     monkeypatch.setattr(profiles, "start_profile", start_profile)
     monkeypatch.setattr(profiles, "http_request", http_request)
-    monkeypatch.setattr(profiles, "LEVEL_PROFILE_DELAY_S", 0.01)
-    monkeypatch.setattr(profiles.time, "sleep", lambda s: None)  # the wait for a trace to settle
+    monkeypatch.setattr(profiles, "TRACE_SETTLE_S", 0)  # the stand-in writes its traces at once
     run.requests = requests
     return run
 
@@ -1329,9 +1343,8 @@ def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, 
     reads = []
     monkeypatch.setattr(trace_events, "read_trace",
                         lambda path, read=trace_events.read_trace: reads.append(path) or read(path))
-    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
-        while not run.requests:
-            pass  # the level: it lasts until the timer has started the profiler
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16, timer=LevelPastTheDelay):
+        pass
     assert run.requests == requests and not run.failures
     assert len(reads) == 1  # a loaded level's trace is large: unzipped once for both summaries
     # The trace outlives the sweep's working directory, beside its summary.
@@ -1349,9 +1362,8 @@ def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path
         return {"traceEvents": mixed_steps_trace()["traceEvents"] + later}
 
     run = level_profile_run(tmp_path, monkeypatch, True, "--profile-host", trace=trace)
-    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
-        while not run.requests:
-            pass
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16, timer=LevelPastTheDelay):
+        pass
     assert run.requests == [("start", 20, "host")] and not run.failures
     summary = json.loads((run.dir / "profile-level-plain.json").read_text())
     assert {c["where"] for c in summary["idle_causes"]} >= {
@@ -1380,10 +1392,9 @@ def test_profile_host_needs_a_profile_to_record(tmp_path: Path, capsys: pytest.C
 
 def test_a_level_shorter_than_the_profile_delay_fails_the_sweep(tmp_path: Path, monkeypatch) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes=True)
-    monkeypatch.setattr(profiles, "LEVEL_PROFILE_DELAY_S", 60.0)
-    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16, timer=LevelWithinTheDelay):
         pass
-    assert run.requests == [] and run.failures == ["plain level profile: the level ended within 60 s"]
+    assert run.requests == [] and run.failures == ["plain level profile: the level ended within 8 s"]
 
 
 def test_a_server_that_refuses_to_profile_fails_the_sweep_with_its_answer(tmp_path: Path, monkeypatch) -> None:
@@ -1394,9 +1405,8 @@ def test_a_server_that_refuses_to_profile_fails_the_sweep_with_its_answer(tmp_pa
         raise urllib.error.HTTPError(url, 400, "Bad Request", None, None)
 
     monkeypatch.setattr(profiles, "start_profile", refuse)
-    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16):
-        while not run.requests:
-            pass
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16, timer=LevelPastTheDelay):
+        pass
     assert run.failures == ["plain level profile: /start_profile failed: HTTP Error 400: Bad Request"]
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -22,27 +22,33 @@ import pytest
 from benchmark.client import scheduler_sampling, sweep
 from benchmark.servers import config, processes, record
 
+# Prints its children's PIDs once every child has set its title.
 LAUNCHER = """
 import multiprocessing, sys, time
 import setproctitle
 
-def child(title):
+def child(title, titled):
     setproctitle.setproctitle(title)
+    titled.set()
     time.sleep(600)
 
 if __name__ == "__main__":
     multiprocessing.set_start_method("spawn")  # as SGLang starts its scheduler
     titles = ["sglang::detokenizer", "sglang::scheduler_TP1", "sglang::scheduler_TP0"]
-    procs = [multiprocessing.Process(target=child, args=(t,)) for t in titles]
+    titled = [multiprocessing.Event() for _ in titles]
+    procs = [multiprocessing.Process(target=child, args=(t, e)) for t, e in zip(titles, titled)]
     for p in procs:
         p.start()
+    for e in titled:
+        e.wait()
     print(*(p.pid for p in procs), flush=True)
     time.sleep(600)
 """
 
-# Writes the PID it sampled into the raw samples, so the test sees which process it was given.
+# Writes the PID it sampled into the raw samples, so the test sees which process it was given;
+# says it is listening for SIGINT through the FIFO beside its samples that the test reads.
 PY_SPY = """#!{python}
-import signal, sys, time
+import signal, sys
 from pathlib import Path
 argv = sys.argv
 out, pid = Path(argv[argv.index("-o") + 1]), argv[argv.index("-p") + 1]
@@ -52,14 +58,10 @@ def interrupted(*_):
                        f"thread (7): MainThread;event_loop (scheduler.py:1700) 1\\n")
     sys.exit(0)
 signal.signal(signal.SIGINT, interrupted)
-Path(str(out) + ".ready").touch()
+Path(str(out) + ".ready").write_text("listening")
 while True:
-    time.sleep(0.05)
+    signal.pause()
 """
-
-
-def titled(pid: int) -> bool:
-    return " ".join(psutil.Process(pid).cmdline()).startswith("sglang::")
 
 
 @pytest.fixture
@@ -70,12 +72,7 @@ def launcher(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        pids = [int(p) for p in proc.stdout.readline().split()]
-        deadline = time.monotonic() + 30
-        # The children set their titles after they start, each in its own time: wait for all.
-        while not all(titled(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        yield proc, pids
+        yield proc, [int(p) for p in proc.stdout.readline().split()]  # once every child is titled
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -97,15 +94,21 @@ def sampling_run(tmp_path: Path, monkeypatch, writes: bool = True) -> record.Run
                                       "--concurrency", "16", "--scenarios", "closed",
                                       "--cpu-profile-level", "16", "--run-dir", str(tmp_path / "run")]))
     run.logs.mkdir(parents=True)
+    os.mkfifo(run.dir / "pyspy-plain-c16.txt.ready")  # where the stand-in says it listens
     return run
 
 
 def level(sampling: scheduler_sampling.SchedulerSampling) -> None:
-    """The closed level the sampling wraps: it lasts until the stand-in py-spy is listening."""
-    ready = Path(str(sampling.samples) + ".ready")
-    deadline = time.monotonic() + 30
-    while sampling.proc is not None and not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    """The closed level the sampling wraps: it lasts until the stand-in py-spy says, through its
+    FIFO, that it listens for the SIGINT that ends it."""
+    fd = os.open(str(sampling.samples) + ".ready", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        assert poller.poll(60_000), "the stand-in py-spy never said it listens"  # a bound, not a pace
+        assert os.read(fd, 64) == b"listening"
+    finally:
+        os.close(fd)
 
 
 def test_the_scheduler_is_the_first_ranks_scheduler_under_the_server(launcher) -> None:
@@ -145,8 +148,7 @@ def test_the_machines_cpu_over_a_level() -> None:
         "cores_busy": 4.2, "steal_pct": 5.0, "scheduler_rest": 0.35}
     assert processes.machine_share(before, before, {}, {}, 10.0) == {}  # no time passed
     first = processes.machine_cpu_times()  # this machine's, whatever fields its OS has
-    time.sleep(0.2)
-    later = processes.machine_cpu_times()
+    later = type(first)(*(seconds + 1.0 for seconds in first))  # a second more of each
     assert set(processes.machine_share(first, later, {}, {}, 0.2)) == set(processes.MACHINE_KEYS)
 
 
@@ -169,11 +171,11 @@ def test_watching_which_cpu_a_process_runs_on() -> None:
     cpus = set(range(psutil.cpu_count()))
     assert processes.thread_cpu(os.getpid(), os.getpid()) in cpus
     assert processes.thread_cpu(os.getpid(), 2**22 + 1) is None  # no such thread
-    with processes.watch_cpu(os.getpid(), every_s=0.01) as seen:
-        time.sleep(0.2)
-    assert seen and set(seen) <= cpus
-    with processes.watch_cpu(None, every_s=0.01) as nothing:
-        time.sleep(0.05)
+    with processes.watch_cpu(os.getpid(), every_s=3600) as seen:
+        pass  # a block shorter than every_s: seen once, as it ends
+    assert len(seen) == 1 and seen[0] in cpus
+    with processes.watch_cpu(None, every_s=3600) as nothing:
+        pass
     assert nothing == []
 
 

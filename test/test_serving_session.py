@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
@@ -67,7 +66,6 @@ class Handler(BaseHTTPRequestHandler):
             chunk = {"text": "x" * i, "meta_info": {"completion_tokens": i}}
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.flush()
-            time.sleep(0.001)
         self.wfile.write(b"data: [DONE]\n\n")
         with self.server.lock:
             self.server.generated += 1
@@ -120,8 +118,8 @@ def test_sweep_levels_in_one_client_process(fake: FakeServing, tmp_path: Path) -
     with serving_session.Session(tmp_path / "session.log", env=commands.client_env()) as client:
         for c in (1, 4):
             cmd = commands.bench_command(args, url=config.base_url(args), tag=f"plain,c={c}", dataset=dataset,
-                                      output_file=raw, num_prompts=4, concurrency=c, warmup=1,
-                                      flush_cache=True)
+                                         output_file=raw, num_prompts=4, concurrency=c, warmup=1,
+                                         flush_cache=True)
             logs.append(tmp_path / f"c{c}.log")
             assert client.run(serving_session.arguments_of(cmd), logs[-1]) == 0, logs[-1].read_text()
     rows = [json.loads(line) for line in raw.read_text().splitlines()]

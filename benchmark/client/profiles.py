@@ -21,6 +21,7 @@ from benchmark.servers.record import Run
 
 PROFILE_WAIT_S = 120.0  # for the profile load to reach decode, and for the trace
 PREFILL_WAVE_OUTPUT_LEN = 4  # the fewest output tokens sglang.benchmark.serving accepts
+TRACE_SETTLE_S = 2.0  # after a trace file appears, for the profiler to finish writing it
 
 # How far into a closed level --profile-level starts its trace: past the client's start, the
 # warm-up requests and the ramp to C running requests.
@@ -31,14 +32,16 @@ class LevelProfile:
     """``--profile-level C``: around a closed level at C, a trace of --profile-steps forward
     steps started LEVEL_PROFILE_DELAY_S into it, prefills and decode steps as the load mixes them;
     written with what each prefill cost the decoding requests (kernel_profile.prefill_intervals)
-    to profile-level-<config>.json."""
+    to profile-level-<config>.json. ``timer`` makes the start's timer (a test's starts at once,
+    or never)."""
 
-    def __init__(self, run: Run, config: ServerConfig, c: int) -> None:
+    def __init__(self, run: Run, config: ServerConfig, c: int,
+                 timer: Callable[[float, Callable[[], None]], threading.Timer] = threading.Timer) -> None:
         self.run, self.config, self.c = run, config, c
         self.trace_dir = run.work / f"profile-level-{config.name}"
         self.started = threading.Event()
         self.refused: Optional[OSError] = None
-        self.timer = threading.Timer(LEVEL_PROFILE_DELAY_S, self._start)
+        self.timer = timer(LEVEL_PROFILE_DELAY_S, self._start)
 
     def _start(self) -> None:
         try:
@@ -83,7 +86,7 @@ def written_trace(trace_dir: Path, load: Optional[subprocess.Popen] = None,
                   timeout: float = PROFILE_WAIT_S) -> Optional[Path]:
     if not wait_for(lambda: any(trace_dir.glob("*.trace.json.gz")), load, timeout=timeout):
         return None
-    time.sleep(2)  # the profiler may still be writing the file
+    time.sleep(TRACE_SETTLE_S)  # the profiler may still be writing the file
     return sorted(trace_dir.glob("*.trace.json.gz"))[-1]
 
 

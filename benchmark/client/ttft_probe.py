@@ -40,7 +40,7 @@ class Probe:
         self.splits: list[dict[str, float]] = []
         self.errors = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._send, daemon=True)
+        self._thread = threading.Thread(target=self._send, name="ttft-probe", daemon=True)
 
     def __enter__(self) -> "Probe":
         self._thread.start()

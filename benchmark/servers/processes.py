@@ -168,18 +168,22 @@ def thread_cpu(pid: int, tid: int) -> Optional[int]:
 
 @contextlib.contextmanager
 def watch_cpu(pid: Optional[int], every_s: float = PLACEMENT_SAMPLE_S):
-    """Yields a list that fills, every ``every_s`` while the block runs, with the CPU the main
-    thread of process ``pid`` (a scheduler's event loop) last ran on."""
+    """Yields a list that fills, every ``every_s`` while the block runs and once as it ends (a
+    block shorter than ``every_s`` is seen too), with the CPU the main thread of process ``pid``
+    (a scheduler's event loop) last ran on."""
     seen: list[int] = []
     stop = threading.Event()
 
     def sample() -> None:
-        while not stop.wait(every_s):
-            cpu = thread_cpu(pid, pid)
-            if cpu is not None:
-                seen.append(cpu)
+        cpu = thread_cpu(pid, pid)
+        if cpu is not None:
+            seen.append(cpu)
 
-    sampler = threading.Thread(target=sample, daemon=True) if pid else None
+    def sample_until_stopped() -> None:
+        while not stop.wait(every_s):
+            sample()
+
+    sampler = threading.Thread(target=sample_until_stopped, daemon=True) if pid else None
     if sampler:
         sampler.start()
     try:
@@ -188,6 +192,7 @@ def watch_cpu(pid: Optional[int], every_s: float = PLACEMENT_SAMPLE_S):
         stop.set()
         if sampler:
             sampler.join()
+            sample()
 
 
 def busy_per_cpu(before, after) -> list[float]:
