@@ -1560,7 +1560,9 @@ def test_report_main_writes_table_and_plot(run_dir: Path) -> None:
     # matplotlib comes with the `bench` extra, which .ci/run installs.
     report.main([str(run_dir)])
     assert "## Envelope" in (run_dir / "report.md").read_text()
-    assert (run_dir / "throughput.png").stat().st_size > 0
+    png = (run_dir / "throughput.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"  # an image, not an empty file
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (960, 960)  # 8x8 in at 120 dpi
 
 
 def test_report_without_matplotlib(run_dir: Path, monkeypatch: pytest.MonkeyPatch,
