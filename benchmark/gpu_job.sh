@@ -7,9 +7,8 @@
 #   bash /tmp/gpu-job/gpu_job.sh wait SECONDS       each later call, within 30 s of the last
 # (GPU_JOB_DIR moves /tmp/gpu-job.)
 # Prefer SECONDS near 290 to the 560 a call allows: a call that ends while no turn is ready to
-# send the next `wait` within 30 s loses the host and the plan's tail. That happened after 3 of 3
-# calls of 547 s on 12-03/04; 4 calls of 290 s ran back to back
-# (benchmark/results/2026-12-04-flashinfer-c128-start-order-kv-store).
+# send the next `wait` within 30 s loses the host and the plan's tail (calls of 547 s lost it
+# where calls of 290 s ran back to back: benchmark/README.md, "Why each measurement").
 #
 # `start` installs the kit (.gpu/wheels, shared/gpu/README.md) into /tmp/site and this checkout
 # into /tmp/plugin, copies the checkout to /tmp/gpu-job/repo (later calls may replace the working
@@ -18,9 +17,9 @@
 # (results.tgz, plus the sweeps' level traces under 15 MB each): what a call was cut short in
 # comes back with the next one.
 #
-# FlashInfer: the kit's flashinfer wheel lacks the vendored CCCL its JIT builds need
-# (results/2026-12-02-flashinfer-jit-on-the-kit), and the builds cost a fresh host minutes. So the
-# kit carries the kernels, built on a CPU host (no GPU needed; 14 minutes on 2 cores):
+# FlashInfer: the kit's flashinfer wheel lacks the vendored CCCL its JIT builds need, and the
+# builds cost a fresh host minutes. So the kit carries the kernels, built on a CPU host (no GPU
+# needed; 14 minutes on 2 cores):
 #   python benchmark/flashinfer_kernels.py build .gpu/flashinfer-aot.tar.xz --shapes 1b 8b
 # `start` installs them as FlashInfer's AOT ones, and flashinfer_has_kernels runs them once
 # before a plan uses them. Where they fail, carry the 1cccl wheel in place of the 1slim one
@@ -79,7 +78,7 @@ keep_lines() {
 flashinfer_has_kernels() {  # SHAPE (model_pair.py's): can FlashInfer load or build its attention kernels?
   # The 1slim wheel drops the vendored CCCL its JIT builds need; the carried archive holds what
   # flashinfer_kernels.py built. Without either, every server fails its start after its first
-  # forward (101 s at 1B; 2026-12-04, 6 device minutes lost). So the carried kernels run once
+  # forward, minutes into a plan. So the carried kernels run once
   # (about 15 s, once a plan: job.log keeps the verdict); where they fail, job.log says why for
   # the caller, which then runs nothing.
   [ -d /tmp/site/flashinfer/data/cccl ] && return 0
@@ -110,7 +109,7 @@ pack_flashinfer_kernels() {  # the carried kernels and FlashInfer's JIT builds, 
   # xz takes about 5 s of the 20 s a call leaves to pack: again only once the JIT built more.
   if [ ! -f "$archive" ] || [ -n "$(find "${built[0]}" -name '*.so' -newer "$archive")" ]; then
     # The carried kernels too: an archive of this host's builds alone, put in .gpu, lost the 1B
-    # pair's kernels to a host that built the 8B pair's (2026-12-04).
+    # pair's kernels to a host that built the 8B pair's.
     rm -rf "$kernels" && mkdir -p "$kernels"
     for dir in "$FLASHINFER_AOT" "${built[0]}"; do
       [ -d "$dir" ] && (cd "$dir" && cp --parents */*.so "$kernels"/ 2>/dev/null)
@@ -170,5 +169,5 @@ case ${1:-} in
     kill $clocks 2>/dev/null
     touch "$RESULTS/PLAN_DONE"; log "plan done" ;;
   wait) wait_for_plan "$2" ;;
-  *) sed -n 2,24p "$0"; exit 2 ;;
+  *) sed -n 2,23p "$0"; exit 2 ;;
 esac

@@ -16,29 +16,24 @@ import re
 import shutil
 import statistics
 import sys
-import time
+import threading
 import urllib.error
 from contextlib import contextmanager
-from typing import Callable
+from typing import Callable, Optional
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-sys.path.insert(0, str(BENCH))
+from benchmark.analysis import (cpu_profile, decode_log, find_threshold, kernel_profile, report,
+                                sweep_results, sweep_tables, trace_events, ttft_stages)
+from benchmark.client import (commands, levels, output_spread, profiles, prompts, serving_session,
+                              sweep, ttft_probe)
+from benchmark.client.bursty import Phase, bursty_slices, compact_details, parse_phases
+from benchmark.client.dataset import prepare_dataset
+from benchmark.pairs import model_pair
+from benchmark.servers import config, endpoints, machine, processes, record
 
-import cpu_profile  # noqa: E402
-import decode_log  # noqa: E402
-import kernel_profile  # noqa: E402
-import machine  # noqa: E402
-import find_threshold  # noqa: E402
-import model_pair  # noqa: E402
-import output_spread  # noqa: E402
-import prompts  # noqa: E402
-import report  # noqa: E402
-import sweep  # noqa: E402
-import ttft_split  # noqa: E402
-import ttft_stages  # noqa: E402
+BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 
 # --------------------------------------------------------------------------- prompts
 
@@ -160,8 +155,8 @@ def test_server_configs_and_commands(tmp_path: Path) -> None:
     args = sweep.parse_args(sweep_args(
         tmp_path, "--thresholds", "8,16", "--concurrency", "1,4,64", "--",
         "--load-format", "dummy", "--attention-backend", "triton"))
-    spec = sweep.Speculation("EAGLE3", "/m/draft", 3, "dummy")
-    configs = sweep.server_configs(args.configs, args.thresholds, spec, args.run_dir)
+    spec = config.Speculation("EAGLE3", "/m/draft", 3, "dummy")
+    configs = config.server_configs(args.configs, args.thresholds, spec, args.run_dir)
     assert [c.name for c in configs] == [
         "plain", "spec", "upstream-gate-8", "upstream-gate-16", "gate-8", "gate-16"]
     by_name = {c.name: c for c in configs}
@@ -169,22 +164,22 @@ def test_server_configs_and_commands(tmp_path: Path) -> None:
     assert by_name["upstream-gate-8"].adaptive_config == {
         "1": {"candidate_steps": [3]}, "9": {"candidate_steps": [0]}}
 
-    cmd = sweep.server_command(args, by_name["gate-16"])
+    cmd = config.server_command(args, by_name["gate-16"])
     assert cmd[1:3] == ["-m", "sglang.launch_server"]
     joined = " ".join(cmd)
     assert "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in joined
     assert "--speculative-disable-batch-threshold 16" in joined
     assert "--max-running-requests 64 --cuda-graph-max-bs 64" in joined  # largest C
     assert cmd[-4:] == ["--load-format", "dummy", "--attention-backend", "triton"]
-    upstream = sweep.server_command(args, by_name["upstream-gate-8"])
+    upstream = config.server_command(args, by_name["upstream-gate-8"])
     assert upstream[upstream.index("--speculative-adaptive-config") + 1] == str(
         args.run_dir / "upstream-gate-8.json")
-    assert "--speculative-draft-load-format" not in sweep.server_command(args, by_name["plain"])
+    assert "--speculative-draft-load-format" not in config.server_command(args, by_name["plain"])
 
 
 def test_bench_command(tmp_path: Path) -> None:
     args = sweep.parse_args(sweep_args(tmp_path, "--output-len", "128"))
-    closed = sweep.bench_command(args, url=sweep.base_url(args), tag="spec,c=8", dataset=Path("d.jsonl"),
+    closed = commands.bench_command(args, url=config.base_url(args), tag="spec,c=8", dataset=Path("d.jsonl"),
                                  output_file=Path("raw.jsonl"), num_prompts=64, warmup=8,
                                  concurrency=8, flush_cache=True)
     assert closed[1:3] == ["-m", "sglang.benchmark.serving"]
@@ -196,11 +191,11 @@ def test_bench_command(tmp_path: Path) -> None:
     assert value("--request-rate") == "inf" and value("--max-concurrency") == "8"
     assert value("--sharegpt-output-len") == "128" and value("--tag") == "spec,c=8"
     assert "--flush-cache" in closed and "--output-details" not in closed
-    phase = sweep.bench_command(args, url="http://h:1", tag="t", dataset=Path("d"), output_file=Path("o"),
+    phase = commands.bench_command(args, url="http://h:1", tag="t", dataset=Path("d"), output_file=Path("o"),
                                 num_prompts=10, warmup=0, rate=2.5, details=True)
     assert "--max-concurrency" not in phase and "--output-details" in phase
     assert phase[phase.index("--request-rate") + 1] == "2.5"
-    mixed = sweep.bench_command(sweep.parse_args(sweep_args(tmp_path, "--output-len", "0")), url="http://h:1", tag="t",
+    mixed = commands.bench_command(sweep.parse_args(sweep_args(tmp_path, "--output-len", "0")), url="http://h:1", tag="t",
                                 dataset=Path("d"), output_file=Path("o"), num_prompts=10, warmup=0)
     assert "--sharegpt-output-len" not in mixed  # the loader takes each answer's length
 
@@ -250,9 +245,9 @@ def test_answers_are_cut_to_exactly_the_drawn_token_count(pair_tokenizer: str) -
             assert len(tokenizer.encode(text)) == length, (answer, length)
 
 
-def spread_run(tmp_path: Path, sources: Path, model_path: str, *extra: str) -> "sweep.Run":
+def spread_run(tmp_path: Path, sources: Path, model_path: str, *extra: str) -> "record.Run":
     """A closed-loop sweep of 16 prompts from ``sources``, its directories made as main() does."""
-    run = sweep.Run(sweep.parse_args([
+    run = record.Run(sweep.parse_args([
         "--model-path", model_path, "--configs", "plain", "--scenarios", "closed",
         "--run-dir", str(tmp_path / "run"), "--concurrency", "2", "--min-prompts", "16",
         "--rows", "16", "--tool-fraction", "0.5", "--source", str(sources), *extra]))
@@ -277,7 +272,7 @@ def test_a_tokenizer_the_answers_cannot_be_cut_for_stops_the_sweep(tmp_path: Pat
     monkeypatch.setattr(sglang.benchmark.utils, "get_tokenizer", lambda path: Stubborn())
     run = spread_run(tmp_path, sources, "/m/t", "--output-len-spread", "0.5")
     with pytest.raises(SystemExit, match="--output-len-spread: no cut of the answer encodes to"):
-        sweep.prepare_dataset(run)
+        prepare_dataset(run)
 
 
 def test_sglangs_loader_reads_the_drawn_lengths_from_the_spread_dataset(
@@ -287,28 +282,28 @@ def test_sglangs_loader_reads_the_drawn_lengths_from_the_spread_dataset(
 
     run = spread_run(tmp_path, sources, pair_tokenizer, "--output-len", "64", "--output-len-spread", "0.5")
     args = run.args
-    dataset = sweep.prepare_dataset(run)
+    dataset = prepare_dataset(run)
     loaded = custom.sample_custom_requests(str(dataset), 16, get_tokenizer(pair_tokenizer))
     drawn = output_spread.spread_lengths(16, 64, 0.5, seed=args.prompt_seed)
     assert sorted(row.output_len for row in loaded) == sorted(drawn)
     assert "each answer cut to 32-96 tokens" in (run.dir / "command.txt").read_text()
     # Levels take each answer's length; a profile's requests keep theirs fixed.
-    level = sweep.level_command(run, sweep.ServerConfig("plain", ()), 2, dataset)
+    level = levels.level_command(run, config.ServerConfig("plain", ()), 2, dataset)
     assert "--sharegpt-output-len" not in level
     assert "--sharegpt-output-len 2048" in " ".join(
-        sweep.profile_load_command(run, sweep.ServerConfig("plain", ()), dataset, "profile", 2048))
+        profiles.profile_load_command(run, config.ServerConfig("plain", ()), dataset, "profile", 2048))
 
 
 def test_phases_prompts_and_slices(tmp_path: Path) -> None:
-    phases = sweep.parse_phases("2:60,32:30.5")
-    assert phases == [sweep.Phase(2, 60), sweep.Phase(32, 30.5)]
+    phases = parse_phases("2:60,32:30.5")
+    assert phases == [Phase(2, 60), Phase(32, 30.5)]
     assert [p.num_prompts for p in phases] == [120, 976]
-    assert sweep.parse_phases("") == []
-    assert sweep.level_prompts(1, 8, 32) == 32 and sweep.level_prompts(64, 8, 32) == 512
+    assert parse_phases("") == []
+    assert commands.level_prompts(1, 8, 32) == 32 and commands.level_prompts(64, 8, 32) == 512
 
     dataset = tmp_path / "d.jsonl"
     dataset.write_text("".join(f'{{"i": {i}}}\n' for i in range(10)))
-    paths = sweep.bursty_slices(dataset, [sweep.Phase(1, 3), sweep.Phase(2, 2)], tmp_path, True)
+    paths = bursty_slices(dataset, [Phase(1, 3), Phase(2, 2)], tmp_path, True)
     assert [p.read_text().splitlines() for p in paths] == [
         ['{"i": 0}', '{"i": 1}', '{"i": 2}'], ['{"i": 3}', '{"i": 4}', '{"i": 5}', '{"i": 6}']]
 
@@ -316,7 +311,7 @@ def test_phases_prompts_and_slices(tmp_path: Path) -> None:
 def test_compact_details_keeps_each_requests_decode_time() -> None:
     row = {"tag": "t", "ttfts": [0.1, 0.2], "itls": [[0.01, 0.02], [0.03]],
            "generated_texts": ["ab", "c"], "output_lens": [3, 2]}
-    assert sweep.compact_details(row) == {"tag": "t", "ttfts": [0.1, 0.2], "output_lens": [3, 2],
+    assert compact_details(row) == {"tag": "t", "ttfts": [0.1, 0.2], "output_lens": [3, 2],
                                           "decode_s": [pytest.approx(0.03), 0.03]}
     assert "itls" in row  # the input is left alone
 
@@ -324,12 +319,12 @@ def test_compact_details_keeps_each_requests_decode_time() -> None:
 def test_gate_delta() -> None:
     before = {"active": True, "decode_steps_spec": 10, "decode_steps_plain": 5, "switches": 2}
     after = {"active": False, "decode_steps_spec": 15, "decode_steps_plain": 50, "switches": 3}
-    assert sweep.gate_delta(before, after) == {
+    assert endpoints.gate_delta(before, after) == {
         "decode_steps_spec": 5, "decode_steps_plain": 45, "switches": 1}
-    assert sweep.gate_delta(None, None) is None
+    assert endpoints.gate_delta(None, None) is None
     before["host_seq_lens"] = {"resolved_on_host": 4, "copied_back": 10, "disagreed": 0, "stood_down": False}
     after["host_seq_lens"] = {"resolved_on_host": 44, "copied_back": 15, "disagreed": 0, "stood_down": False}
-    assert sweep.gate_delta(before, after)["host_seq_lens"] == {
+    assert endpoints.gate_delta(before, after)["host_seq_lens"] == {
         "resolved_on_host": 40, "copied_back": 5, "disagreed": 0}
 
 
@@ -500,7 +495,7 @@ def run_dir(tmp_path: Path) -> Path:
         bursty.append(serving_row(
             f"{name},bursty,phase=1,rate=8,s=10", None, 100.0, spec=True,
             details=details([0.5, 3.0, 0.4], [tpot, tpot, tpot], errors=["", "", "boom"])))
-    write_jsonl(run / "bursty.jsonl", [sweep.compact_details(r) for r in bursty])
+    write_jsonl(run / "bursty.jsonl", [compact_details(r) for r in bursty])
     return run
 
 
@@ -521,7 +516,7 @@ def test_fixture_rows_have_the_keys_serving_writes() -> None:
 
 
 def test_report_tables(run_dir: Path) -> None:
-    res = report.load([run_dir])
+    res = sweep_results.load([run_dir])
     assert list(res.closed) == ["plain", "spec", "gate-4"]
     assert res.closed["plain"][16]["output_throughput"] == 2700.0
     assert res.envelope() == {1: 400.0, 2: 700.0, 4: 1000.0, 8: 1500.0, 16: 2700.0}
@@ -538,7 +533,7 @@ def test_report_tables(run_dir: Path) -> None:
 
 
 def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     assert "## Time to first token by stage, server side" in text
     assert "| plain | 16 | 12.0 | 30.0 | – |" in text
     # no ratio where plain observed nothing
@@ -546,7 +541,7 @@ def test_report_shows_ttft_stages_against_plain(run_dir: Path) -> None:
 
 
 def test_report_shows_each_processs_busiest_thread_against_plain(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     assert "## Busiest thread of each server process" in text
     assert "| plain | 16 | 0.45 | 0.75 | – |" in text  # a detokenizer that was not found
     assert "| gate-4 | 16 | 0.90 (2.00×) | 0.75 (1.00×) | 0.30 |" in text
@@ -554,7 +549,7 @@ def test_report_shows_each_processs_busiest_thread_against_plain(run_dir: Path) 
 
 
 def test_report_shows_the_machines_cpu_against_plain(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     section = text.split("## The machine's CPU over each level")[1]
     assert "| plain | 16 | 5.00 | 1.50 | 0.10 |" in section
     assert "| gate-4 | 16 | 5.50 (1.10×) | 0.00 | 0.20 (2.00×) |" in section  # no steal: no ratio
@@ -576,19 +571,19 @@ def test_report_balances_the_start_order_of_an_ab(tmp_path: Path) -> None:
     assert "| config | C | tok/s vs plain, plain-first-gate · gate-first-plain | order-balanced |" in text
     assert "| gate-9 | 128 | 0.900 · 1.000 | 0.949 | 1.100 · 1.000 | 1.049 |" in text  # 0.9 ** 0.5, 1.1 ** 0.5
     assert "| gate-9 | 64 |" not in text
-    one = report.order_balanced_table({"only": report.load([runs[0]]), "missing": report.load([tmp_path / "none"])})
+    one = sweep_tables.order_balanced_table({"only": sweep_results.load([runs[0]]), "missing": sweep_results.load([tmp_path / "none"])})
     assert "| gate-9 | 128 | 0.900 | – | 1.100 | – |" in one  # measured in one order only
 
 
 def test_report_shows_where_each_scheduler_ran(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     section = text.split("## Where each scheduler ran")[1]
     assert "| plain | 16 | 1.00 | – | 1.00 |" in section
     assert "| gate-4 | 16 | 2.00 (2.00×) | 0.60 | 1.00 (1.00×) |" in section
 
 
 def test_report_shows_the_probes_ttft_split_against_plain(run_dir: Path) -> None:
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     section = text.split("## Time to first token across the server's processes")[1]
     assert "| plain | 16 | 2.0 | 50.0 | 10.0 | 40.0 | 30.0 |" in section
     assert "| gate-4 | 16 | 2.0 (1.00×) | 150.0 (3.00×) | 10.0 (1.00×) |" in section
@@ -604,7 +599,7 @@ def test_report_takes_a_repeated_level_by_its_median_run(tmp_path: Path) -> None
         {"tag": f"{name},c=128,rep={i}", "config": name, "max_concurrency": 128, "delta": None,
          "ttft_stages": {"queue": float(i), "prefill": 50.0, "ttft": 100.0}}
         for name, runs in (("plain", plain), ("gate-9", gate)) for i in range(1, len(runs) + 1)])
-    res = report.load([run])
+    res = sweep_results.load([run])
     assert res.closed["plain"][128]["tag"] == "plain,c=128,rep=3"  # 8,000 of 7,700 / 8,000 / 8,300
     assert res.closed["gate-9"][128]["tag"] == "gate-9,c=128,rep=4"  # the lower middle of four
     text = report.markdown(res, [run.name], 1000, 20, plot=None)
@@ -848,7 +843,7 @@ def test_idle_after_counts_gaps_in_the_union_of_streams() -> None:
 
 
 def test_prefill_intervals_measure_each_prefill_between_two_decode_steps(tmp_path: Path, capsys) -> None:
-    decode, extend = kernel_profile.DECODE_ATTENTION, kernel_profile.EXTEND_ATTENTION
+    decode, extend = trace_events.DECODE_ATTENTION, trace_events.EXTEND_ATTENTION
     trace = {"traceEvents": [
         kernel(decode, 0, 100), kernel("gemm", 100, 100),  # a decode step
         kernel(decode, 300, 100),  # the next one: no prefill in between
@@ -1043,7 +1038,7 @@ def test_host_ms_after_prefill_places_each_decode_step_after_the_last_prefill() 
 
 def mixed_steps_trace() -> dict:
     """Decode, prefill (its GPU busy 0.5 of its 2 ms interval), decode."""
-    decode, extend = kernel_profile.DECODE_ATTENTION, kernel_profile.EXTEND_ATTENTION
+    decode, extend = trace_events.DECODE_ATTENTION, trace_events.EXTEND_ATTENTION
     return {"traceEvents": [kernel(decode, 0, 100), kernel(extend, 500, 300), kernel("gemm", 900, 200),
                             kernel(decode, 2100, 100)]}
 
@@ -1094,29 +1089,28 @@ def test_repeated_levels_run_back_to_back_between_the_unreported_ones(
     assert {line.split("--output-file ")[1].split()[0] for line in bench[1:]} == {str(tmp_path / "run" / "raw.jsonl")}
 
 
-def stand_in_level_run(tmp_path: Path, monkeypatch, *flags: str) -> sweep.Run:
+def stand_in_level_run(tmp_path: Path, monkeypatch, *flags: str) -> record.Run:
     """A run whose closed_level can run on the CPU: no server answers (a server needs a GPU),
     so the calls that read one stand in; the client stands in too (StandInClient)."""
-    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", *flags)))
+    run = record.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", *flags)))
     run.logs.mkdir(parents=True)
     (run.logs / "server-plain.log").write_text("")
-    monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
-    monkeypatch.setattr(sweep, "gate_snapshot", lambda url: None)
-    monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
+    monkeypatch.setattr(levels, "reset_accept_length", lambda url, note: None)
+    monkeypatch.setattr(levels, "gate_snapshot", lambda url: None)
+    monkeypatch.setattr(levels, "stage_totals", lambda run, url: None)
     return run
 
 
 class StandInClient:
-    """The serving client: once ``until()`` holds (or after 10 s), it writes its log and
-    appends its row to --output-file."""
+    """The serving client: once ``level_over`` is set (at once without one), it writes its log
+    and appends its row to --output-file."""
 
-    def __init__(self, until=lambda: True) -> None:
-        self.until = until
+    def __init__(self, level_over: Optional[threading.Event] = None) -> None:
+        self.level_over = level_over
 
     def run(self, argv: list[str], log: Path) -> int:
-        deadline = time.monotonic() + 10
-        while not self.until() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        if self.level_over is not None:
+            assert self.level_over.wait(timeout=60), "the level's end never came"  # a bound, not a pace
         log.write_text("")
         tag, out = (argv[argv.index(flag) + 1] for flag in ("--tag", "--output-file"))
         with open(out, "a") as f:
@@ -1132,12 +1126,12 @@ def test_a_repeated_level_is_measured_under_its_own_tag_and_log(tmp_path: Path, 
     cpu_times = collections.namedtuple("scputimes", "user system idle")
     readings = iter([cpu_times(10.0, 1.0, 100.0), cpu_times(11.0, 1.0, 115.0)])
     each_cpu = [cpu_times(5.0, 0.5, 50.0)] * 2
-    monkeypatch.setattr(sweep.server_processes, "machine_cpu_times",
+    monkeypatch.setattr(processes, "machine_cpu_times",
                         lambda per_cpu=False: each_cpu if per_cpu else next(readings))
-    sweep.closed_level(run, sweep.ServerConfig("plain", ()), StandInClient(), 16,
+    levels.closed_level(run, config.ServerConfig("plain", ()), StandInClient(), 16,
                        tmp_path / "prompts.jsonl", rep=2)
     assert run.failures == [] and (run.logs / "bench-plain-c16-rep2.log").exists()
-    [row] = report.load_jsonl(run.dir / "gate.jsonl")
+    [row] = sweep_results.load_jsonl(run.dir / "gate.jsonl")
     assert row["tag"] == "plain,c=16,rep=2" and row["max_concurrency"] == 16
     assert row["cpu_busy"] == {}  # no server process stood in (test_scheduler_sampling.py has one)
     assert row["cpu_machine"]["steal_pct"] == 0 and row["cpu_machine"]["scheduler_rest"] == 0
@@ -1153,20 +1147,21 @@ def test_a_probed_level_records_its_ttft_split(tmp_path: Path, monkeypatch) -> N
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text(json.dumps({"conversations": [{"role": "user", "content": "q"},
                                                      {"role": "assistant", "content": "a"}]}) + "\n")
-    probed = []
+    probed, two_probed = [], threading.Event()
     stamps = {"request_received_ts": 1.0, "api_server_dispatch_finish_ts": 1.001,
               "forward_entry_time": 1.1, "queue_time": 0.05, "prefill_finished_time": 1.15,
               "request_finished_ts": 1.2}
 
     def post(url: str, payload: dict) -> dict:
         probed.append((url, payload["text"]))
+        if len(probed) == 2:
+            two_probed.set()
         return {"meta_info": stamps}
 
-    monkeypatch.setattr(ttft_split, "post_generate", post)
+    monkeypatch.setattr(ttft_probe, "post_generate", post)
     # The level lasts until two probes came back.
-    sweep.closed_level(run, sweep.ServerConfig("plain", ()), StandInClient(lambda: len(probed) >= 2),
-                       16, dataset)
-    [row] = report.load_jsonl(run.dir / "gate.jsonl")
+    levels.closed_level(run, config.ServerConfig("plain", ()), StandInClient(two_probed), 16, dataset)
+    [row] = sweep_results.load_jsonl(run.dir / "gate.jsonl")
     assert probed[0] == ("http://127.0.0.1:30000", "q")
     assert row["ttft_split"] == {"probes": len(probed), "tokenize": 1.0, "to_scheduler": 49.0,
                                  "queue": 50.0, "prefill": 50.0, "back": 50.0}
@@ -1216,10 +1211,10 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
     """serve_interleaved on the CPU: servers and client stand in (a server needs a GPU); every
     level's client, counters and log belong to the server it measures, and both stay up."""
     args = sweep.parse_args(sweep_args(tmp_path, *INTERLEAVED, "--repeat-levels", "2", "--interleave"))
-    run = sweep.Run(args)
+    run = record.Run(args)
     run.logs.mkdir(parents=True)
-    configs = sweep.side_by_side(args, sweep.server_configs(args.configs, args.thresholds,
-                                                            sweep.Speculation.from_args(args), run.dir))
+    configs = config.side_by_side(args, config.server_configs(args.configs, args.thresholds,
+                                                            config.Speculation.from_args(args), run.dir))
     up: list[str] = []
 
     @contextmanager
@@ -1231,9 +1226,9 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
 
     asked: list[str] = []
     monkeypatch.setattr(sweep, "server", stand_in_server)
-    monkeypatch.setattr(sweep, "reset_accept_length", lambda run, url: None)
-    monkeypatch.setattr(sweep, "gate_snapshot", lambda url: asked.append(url))
-    monkeypatch.setattr(sweep, "stage_totals", lambda run, url: None)
+    monkeypatch.setattr(levels, "reset_accept_length", lambda url, note: None)
+    monkeypatch.setattr(levels, "gate_snapshot", lambda url: asked.append(url))
+    monkeypatch.setattr(levels, "stage_totals", lambda run, url: None)
 
     class Client:
         def __init__(self, *args, **kwargs) -> None:
@@ -1249,15 +1244,15 @@ def test_interleaved_levels_reach_the_server_they_measure(tmp_path: Path, monkey
             assert up == ["gate-9", "plain"]
             log.write_text("")
             tag, out, url = (argv[argv.index(flag) + 1] for flag in ("--tag", "--output-file", "--base-url"))
-            assert url == sweep.base_url(args, next(c for c in configs if tag.startswith(c.name + ",")))
+            assert url == config.base_url(args, next(c for c in configs if tag.startswith(c.name + ",")))
             with open(out, "a") as f:
                 f.write(json.dumps(serving_row(tag, 128, 1000.0)) + "\n")
             return 0
 
-    monkeypatch.setattr(sweep.serving_session, "Session", Client)
+    monkeypatch.setattr(serving_session, "Session", Client)
     sweep.serve_interleaved(run, configs, tmp_path / "prompts.jsonl")
     assert run.failures == [] and up == []
-    assert [r["tag"] for r in report.load_jsonl(run.dir / "raw.jsonl")] == [
+    assert [r["tag"] for r in sweep_results.load_jsonl(run.dir / "raw.jsonl")] == [
         "gate-9,c=128,rep=1", "plain,c=128,rep=1", "plain,c=128,rep=2", "gate-9,c=128,rep=2"]
     assert asked == ["http://127.0.0.1:30000"] * 2 + ["http://127.0.0.1:30001"] * 4 + ["http://127.0.0.1:30000"] * 2
 
@@ -1267,10 +1262,10 @@ def test_interleaved_levels_go_on_without_a_server_that_failed_to_start(tmp_path
     it is recorded as failed, and the other two still take their turns; with one left, none run."""
     args = sweep.parse_args(sweep_args(tmp_path, "--configs", "plain,spec,gate", "--thresholds", "9",
                                        "--scenarios", "closed", "--concurrency", "64", "--interleave"))
-    run = sweep.Run(args)
+    run = record.Run(args)
     run.logs.mkdir(parents=True)
-    configs = sweep.side_by_side(args, sweep.server_configs(args.configs, args.thresholds,
-                                                            sweep.Speculation.from_args(args), run.dir))
+    configs = config.side_by_side(args, config.server_configs(args.configs, args.thresholds,
+                                                            config.Speculation.from_args(args), run.dir))
     failing = {"spec"}
     measured: list[str] = []
 
@@ -1290,11 +1285,26 @@ def test_interleaved_levels_go_on_without_a_server_that_failed_to_start(tmp_path
     assert measured == [] and len(run.failures) == 3
 
 
+class LevelPastTheDelay:
+    """LevelProfile's timer, for a level that outlasts LEVEL_PROFILE_DELAY_S: it fires as the
+    level starts."""
+
+    def __init__(self, delay_s: float, start: Callable[[], None]) -> None:
+        self.start, self.cancel, self.join = start, lambda: None, lambda: None
+
+
+class LevelWithinTheDelay(LevelPastTheDelay):
+    """The timer of a level that ends within LEVEL_PROFILE_DELAY_S: it never fires."""
+
+    def __init__(self, delay_s: float, start: Callable[[], None]) -> None:
+        super().__init__(delay_s, lambda: None)
+
+
 def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags: str,
-                      trace: Callable[[], dict] = mixed_steps_trace) -> "sweep.Run":
+                      trace: Callable[[], dict] = mixed_steps_trace) -> "record.Run":
     """A sweep whose server is a stand-in: /start_profile writes ``trace`` when
     ``profiler_writes``, else only once /stop_profile comes; the real LevelProfile around it."""
-    run = sweep.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--profile-level", "16", *flags)))
+    run = record.Run(sweep.parse_args(sweep_args(tmp_path, "--concurrency", "16", "--profile-level", "16", *flags)))
     run.dir.mkdir(parents=True)
     shutil.rmtree(run.work, ignore_errors=True)  # as main() does: named after the run, not the test
     requests = []
@@ -1314,10 +1324,9 @@ def level_profile_run(tmp_path: Path, monkeypatch, profiler_writes: bool, *flags
         write_trace(run.work / "profile-level-plain")
         return b""
 
-    monkeypatch.setattr(sweep, "start_profile", start_profile)
-    monkeypatch.setattr(sweep, "http_request", http_request)
-    monkeypatch.setattr(sweep, "LEVEL_PROFILE_DELAY_S", 0.01)
-    monkeypatch.setattr(sweep.time, "sleep", lambda s: None)  # the wait for a trace to settle
+    monkeypatch.setattr(profiles, "start_profile", start_profile)
+    monkeypatch.setattr(profiles, "http_request", http_request)
+    monkeypatch.setattr(profiles, "TRACE_SETTLE_S", 0)  # the stand-in writes its traces at once
     run.requests = requests
     return run
 
@@ -1330,13 +1339,12 @@ def test_a_level_profile_traces_the_level_it_wraps(tmp_path: Path, monkeypatch, 
                                                    requests) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes)
     # No server writes the trace here: check once instead of polling for PROFILE_WAIT_S.
-    monkeypatch.setattr(sweep, "wait_for", lambda condition, load=None, timeout=0: condition())
+    monkeypatch.setattr(profiles, "wait_for", lambda condition, load=None, timeout=0, poll_s=0: condition())
     reads = []
-    monkeypatch.setattr(kernel_profile, "read_trace",
-                        lambda path, read=kernel_profile.read_trace: reads.append(path) or read(path))
-    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
-        while not run.requests:
-            pass  # the level: it lasts until the timer has started the profiler
+    monkeypatch.setattr(trace_events, "read_trace",
+                        lambda path, read=trace_events.read_trace: reads.append(path) or read(path))
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16, timer=LevelPastTheDelay):
+        pass
     assert run.requests == requests and not run.failures
     assert len(reads) == 1  # a loaded level's trace is large: unzipped once for both summaries
     # The trace outlives the sweep's working directory, beside its summary.
@@ -1354,9 +1362,8 @@ def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path
         return {"traceEvents": mixed_steps_trace()["traceEvents"] + later}
 
     run = level_profile_run(tmp_path, monkeypatch, True, "--profile-host", trace=trace)
-    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
-        while not run.requests:
-            pass
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16, timer=LevelPastTheDelay):
+        pass
     assert run.requests == [("start", 20, "host")] and not run.failures
     summary = json.loads((run.dir / "profile-level-plain.json").read_text())
     assert {c["where"] for c in summary["idle_causes"]} >= {
@@ -1370,9 +1377,9 @@ def test_a_host_profile_says_what_held_the_host_in_each_gpu_pause(tmp_path: Path
 
 def test_start_profile_asks_for_the_host_only_when_told(tmp_path: Path, monkeypatch) -> None:
     asked = []  # no server: the request bodies /start_profile would get are the subject
-    monkeypatch.setattr(sweep, "http_request", lambda url, payload=None, timeout=30: asked.append(payload))
-    sweep.start_profile("http://x", tmp_path / "a", 20)
-    sweep.start_profile("http://x", tmp_path / "b", host=True)
+    monkeypatch.setattr(endpoints, "http_request", lambda url, payload=None, timeout=30: asked.append(payload))
+    endpoints.start_profile("http://x", tmp_path / "a", 20)
+    endpoints.start_profile("http://x", tmp_path / "b", host=True)
     assert [(a["activities"], a.get("num_steps"), a["with_stack"]) for a in asked] == [
         (["GPU"], 20, False), (["CPU", "GPU"], None, False)]
 
@@ -1385,10 +1392,9 @@ def test_profile_host_needs_a_profile_to_record(tmp_path: Path, capsys: pytest.C
 
 def test_a_level_shorter_than_the_profile_delay_fails_the_sweep(tmp_path: Path, monkeypatch) -> None:
     run = level_profile_run(tmp_path, monkeypatch, profiler_writes=True)
-    monkeypatch.setattr(sweep, "LEVEL_PROFILE_DELAY_S", 60.0)
-    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16, timer=LevelWithinTheDelay):
         pass
-    assert run.requests == [] and run.failures == ["plain level profile: the level ended within 60 s"]
+    assert run.requests == [] and run.failures == ["plain level profile: the level ended within 8 s"]
 
 
 def test_a_server_that_refuses_to_profile_fails_the_sweep_with_its_answer(tmp_path: Path, monkeypatch) -> None:
@@ -1398,10 +1404,9 @@ def test_a_server_that_refuses_to_profile_fails_the_sweep_with_its_answer(tmp_pa
         run.requests.append("start")
         raise urllib.error.HTTPError(url, 400, "Bad Request", None, None)
 
-    monkeypatch.setattr(sweep, "start_profile", refuse)
-    with sweep.LevelProfile(run, sweep.ServerConfig("plain", ()), 16):
-        while not run.requests:
-            pass
+    monkeypatch.setattr(profiles, "start_profile", refuse)
+    with profiles.LevelProfile(run, config.ServerConfig("plain", ()), 16, timer=LevelPastTheDelay):
+        pass
     assert run.failures == ["plain level profile: /start_profile failed: HTTP Error 400: Bad Request"]
 
 
@@ -1416,7 +1421,7 @@ def test_report_shows_decode_and_prefill_profiles(run_dir: Path) -> None:
     write("profile-gate-4.json", 800, config="gate-4")
     write("profile-prefill-plain.json", 1800, config="plain", phase="prefill")
     write("profile-prefill-gate-4.json", 2200, config="gate-4", phase="prefill")
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     decode = text[text.index("## Decode step profile"):text.index("## Prefill wave profile")]
     assert ("| gate-4 | 16 | 1.00 | 1.250 | 0.80 | 0.20 | 0.00 | 83% | `_fwd_kernel` 0.80 | "
             "`_fwd_kernel` 0.200 |") in decode
@@ -1433,7 +1438,7 @@ def test_report_shows_what_each_prefill_of_a_loaded_level_cost(run_dir: Path) ->
             "config": name, "phase": "level", "concurrency": 16,
             "prefill_intervals": kernel_profile.prefill_interval_summary(trace)}
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     level = text[text.index("## Loaded level profile"):]
     assert "| plain | 1 | 2.0 | 1.00 | 0.5 |" in level
     assert "| gate-4 | 1 | 2.0 | 1.00 | 0.6 |" in level
@@ -1445,7 +1450,7 @@ def test_report_shows_what_the_host_did_in_the_gpu_pauses(run_dir: Path) -> None
     summary = kernel_profile.summarize_trace(trace, steps=2) | kernel_profile.idle_causes(trace, steps=2) | {
         "config": "gate-4", "phase": "level", "concurrency": 16, "prefill_intervals": None}
     (run_dir / "profile-level-gate-4.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     causes = text[text.index("What the host was doing"):]
     assert "| gate-4 | all | late 0.150, waited 0.085, unknown 0.019 |  |  |" in causes
     assert ("| gate-4 | waited | `scheduler.run_batch > aten::copy_ > cudaStreamSynchronize` | 0.085 "
@@ -1460,7 +1465,7 @@ def test_report_tables_each_configurations_host_time_by_span(run_dir: Path) -> N
                    | kernel_profile.host_time(trace, steps=2 / scale)
                    | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None})
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     host = text[text.index("How long each span held the host"):]
     assert "| span | gate-4 | plain |" in host or "| span | plain | gate-4 |" in host
     assert "`scheduler.run_batch` | " in host
@@ -1477,7 +1482,7 @@ def test_report_tables_how_fast_each_servers_host_ran_against_plains(run_dir: Pa
                    | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
                       "host_pace_us": pace})
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     pace = text[text.index("How fast each server's host ran"):]
     assert "| gate-4 | 4.00 | 8.00 | 5.00 | 8.00 | 1.41 |" in pace  # twice as long in two of four: 2 ** 0.5
     assert "| plain | 2.00 | 4.00 | 5.00 | 8.00 | 1.00 |" in pace
@@ -1498,7 +1503,7 @@ def test_report_tables_the_host_calls_of_each_kind_of_step(run_dir: Path) -> Non
                    | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
                       "host_calls_per_step": per_step})
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     calls = text[text.index("What a forward step cost the host"):]
     assert ("| gate-4 | `step[TARGET_VERIFY]` | 144 | 568 | 8.04 | `scheduler.run_batch` 133.5 · "
             "`spec_gate.write_draft_kv` 24.6 |") in calls
@@ -1523,23 +1528,23 @@ def test_report_tables_the_host_time_of_the_steps_after_a_prefill(run_dir: Path)
                    | {"config": name, "phase": "level", "concurrency": 16, "prefill_intervals": None,
                       "host_calls_per_step": [], "host_ms_after_prefill": after})
         (run_dir / f"profile-level-{name}.json").write_text(json.dumps(summary))
-    text = report.markdown(report.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
+    text = report.markdown(sweep_results.load([run_dir]), [run_dir.name], 1000, 20, plot=None)
     after = text[text.index("place after the last prefill"):]
     assert "| gate-4 | 6.87 | 5.44 | 5.34 | – |" in after
     assert "| plain | 2.73 | 2.79 | 2.43 | 2.58 |" in after
 
 
 def test_bursty_goodput(run_dir: Path) -> None:
-    res = report.load([run_dir])
+    res = sweep_results.load([run_dir])
     assert [len(p) for p in res.bursty.values()] == [2, 2]
-    gate = report.bursty_stats(res.bursty["gate-4"], slo_ttft_ms=1000, slo_tpot_ms=20)
+    gate = sweep_tables.bursty_stats(res.bursty["gate-4"], slo_ttft_ms=1000, slo_tpot_ms=20)
     # 5 requests: one failed, one over the TTFT SLO -> 3 good over 20 nominal seconds
     assert (gate.requests, gate.good, gate.seconds) == (5, 3, 20.0)
     assert gate.goodput == pytest.approx(0.15)
-    assert report.percentile(gate.tpot_ms, 50) == pytest.approx(7.5)
-    spec = report.bursty_stats(res.bursty["spec"], slo_ttft_ms=1000, slo_tpot_ms=20)
+    assert sweep_tables.percentile(gate.tpot_ms, 50) == pytest.approx(7.5)
+    spec = sweep_tables.bursty_stats(res.bursty["spec"], slo_ttft_ms=1000, slo_tpot_ms=20)
     assert spec.good == 2  # phase 1 misses the TPOT SLO
-    text = report.bursty_tables(res, 1000, 20)
+    text = sweep_tables.bursty_tables(res, 1000, 20)
     assert "| gate-4 | 5 | 60.0 % | 0.15 |" in text and "| 50 / 60 | 4 |" in text
 
 
@@ -1548,14 +1553,16 @@ def test_percentile_matches_numpy() -> None:
 
     values = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0]
     for q in (0, 50, 90, 99, 100):
-        assert report.percentile(values, q) == pytest.approx(np.percentile(values, q))
+        assert sweep_tables.percentile(values, q) == pytest.approx(np.percentile(values, q))
 
 
 def test_report_main_writes_table_and_plot(run_dir: Path) -> None:
     # matplotlib comes with the `bench` extra, which .ci/run installs.
     report.main([str(run_dir)])
     assert "## Envelope" in (run_dir / "report.md").read_text()
-    assert (run_dir / "throughput.png").stat().st_size > 0
+    png = (run_dir / "throughput.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"  # an image, not an empty file
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (960, 960)  # 8x8 in at 120 dpi
 
 
 def test_report_without_matplotlib(run_dir: Path, monkeypatch: pytest.MonkeyPatch,
@@ -1642,7 +1649,7 @@ def test_find_threshold_with_a_shared_plain_run(run_dir: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:
     spec_only = tmp_path / "spec-only"
     spec_only.mkdir()
-    rows = report.load_jsonl(run_dir / "raw.jsonl")
+    rows = sweep_results.load_jsonl(run_dir / "raw.jsonl")
     write_jsonl(spec_only / "raw.jsonl", [r for r in rows if r["tag"].startswith("spec,")])
     assert find_threshold.main([str(spec_only)]) == 1  # no plain rows of its own
     assert find_threshold.main([str(spec_only), "--plain", str(run_dir)]) == 0

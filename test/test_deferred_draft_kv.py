@@ -283,7 +283,7 @@ def test_a_prompt_longer_than_the_buffer_is_written_as_it_fills():
 
 
 def test_the_buffers_host_work_is_named_in_a_profile():
-    # A trace's host time by span (benchmark/kernel_profile.py host_time) then tells buffering
+    # A trace's host time by span (benchmark/analysis/kernel_profile.py host_time) then tells buffering
     # from writing inside upstream's draft_extend span.
     runner = one_token_runner()  # 8 rows a replay
     deferred = DeferredDraftKV(runner)

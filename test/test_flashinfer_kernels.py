@@ -1,6 +1,6 @@
-"""CPU tests of benchmark/flashinfer_kernels.py: what a CPU host lacks for FlashInfer's builds, and
-the probe's answer where there is no GPU. The build itself (minutes of nvcc) and the probe's run
-(a GPU) are not tested here: the results folder of 2026-12-04's build says how they were checked."""
+"""CPU tests of benchmark/pairs/flashinfer_kernels.py: what a CPU host lacks for FlashInfer's builds,
+and the probe's answer where there is no GPU. The build itself (minutes of nvcc) and the probe's
+run (a GPU) are not tested here: gpu_job.sh probes the carried kernels before a plan uses them."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-sys.path.insert(0, str(BENCH))
+from benchmark.pairs import flashinfer_kernels
 
-import flashinfer_kernels  # noqa: E402
+BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 
 
 def test_a_cpu_host_gets_the_headers_its_toolkit_lacks_and_keeps_its_own(tmp_path):

@@ -6,21 +6,23 @@ file:line references are to the installed sglang 0.5.17, under sglang/srt/."""
 import hashlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
-import model_pair as mp  # noqa: E402
+from benchmark.pairs import model_pair as mp
+from benchmark.pairs.design import (MAX_POSITIONS, NUM_SPECIAL, NUM_STEPS, SHAPES, VOCAB,
+                                    expected_accept_length, head_dim, make_design,
+                                    mean_accept_length, simulate_serving, solve_q)
+from benchmark.pairs.weights import PROBE_MARGIN, RMS_EPS, probe_query_key, rope_inv_freq
 
 SETTINGS = (1.3, 2.2, 3.2)
 SEED = 0
-D = mp.SHAPES["tiny"]["hidden_size"]
-HEAD_DIM = D // mp.SHAPES["tiny"]["num_attention_heads"]
-GROUP = mp.SHAPES["tiny"]["num_attention_heads"] // mp.SHAPES["tiny"]["num_key_value_heads"]
+D = SHAPES["tiny"]["hidden_size"]
+HEAD_DIM = D // SHAPES["tiny"]["num_attention_heads"]
+GROUP = SHAPES["tiny"]["num_attention_heads"] // SHAPES["tiny"]["num_key_value_heads"]
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +48,16 @@ def walk_run(pairs):
 
 
 def test_each_shape_has_its_head_dim():  # FlashInfer's kernels are built per head dim
-    assert mp.head_dim(mp.SHAPES["1b"]) == 64
-    assert mp.head_dim(mp.SHAPES["8b"]) == 128
+    assert head_dim(SHAPES["1b"]) == 64
+    assert head_dim(SHAPES["8b"]) == 128
 
 
 def test_design_json_matches_request(pairs):
     for a, root in pairs.items():
         d = json.loads((root / "design.json").read_text())
         assert abs(d["mean_accept_length"] - a) < 0.01 * a
-        assert abs(mp.expected_accept_length(d["q"]) - a) < 1e-6
-        assert d["walk_size"] == D and len(set(d["walk"])) == D and min(d["walk"]) >= mp.NUM_SPECIAL
+        assert abs(expected_accept_length(d["q"]) - a) < 1e-6
+        assert d["walk_size"] == D and len(set(d["walk"])) == D and min(d["walk"]) >= NUM_SPECIAL
 
 
 def test_target_depends_on_seed_only(pairs):
@@ -75,20 +77,20 @@ def test_target_follows_walk_with_margin(walk_run):
 def test_target_maps_every_token(pairs, walk_run):
     """Any token, specials included, continues the walk from its coordinate; EOS never comes."""
     model = walk_run[0]
-    design = mp.make_design("tiny", SETTINGS[0], SEED)
+    design = make_design("tiny", SETTINGS[0], SEED)
     # one-token prompts: the specials and a seventh of the rest of the vocabulary
-    tokens = torch.cat([torch.arange(mp.NUM_SPECIAL), torch.arange(mp.NUM_SPECIAL, mp.VOCAB, 7)])[:, None]
+    tokens = torch.cat([torch.arange(NUM_SPECIAL), torch.arange(NUM_SPECIAL, VOCAB, 7)])[:, None]
     with torch.no_grad():
         logits = model(tokens).logits[:, -1].float()
     expected = design.walk_tokens[design.nxt[design.coord[tokens[:, 0]]]]
     assert torch.equal(logits.argmax(-1), expected)
-    assert not torch.isin(logits.argmax(-1), torch.arange(mp.NUM_SPECIAL)).any()
+    assert not torch.isin(logits.argmax(-1), torch.arange(NUM_SPECIAL)).any()
 
 
 def test_continuation_is_the_targets_greedy_output(walk_run):
     # What the GPU tests hold every server's greedy output to.
     model = walk_run[0]
-    design = mp.make_design("tiny", SETTINGS[0], SEED)
+    design = make_design("tiny", SETTINGS[0], SEED)
     prompt = torch.tensor([[5, 900, 31999, 17]])
     with torch.no_grad():
         generated = model.generate(prompt, max_new_tokens=12, do_sample=False,
@@ -100,7 +102,7 @@ def test_aux_hidden_states_are_the_embedding(walk_run):
     """SGLang captures hidden + residual at the input of layers [2, L//2, L-3]
     (models/llama.py:435-437, 885-892), i.e. transformers' hidden_states[i] for those i."""
     model, seq, out = walk_run
-    layers = mp.SHAPES["tiny"]["num_hidden_layers"]
+    layers = SHAPES["tiny"]["num_hidden_layers"]
     emb = model.model.embed_tokens.weight[seq]
     assert len({2, layers // 2, layers - 3}) == 3
     for i in (2, layers // 2, layers - 3):
@@ -114,7 +116,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = N
     if residual is not None:
         xf = xf + residual.float()
         residual = xf.to(x.dtype)
-    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + mp.RMS_EPS) * w.float()).to(x.dtype)
+    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + RMS_EPS) * w.float()).to(x.dtype)
     return y if residual is None else (y, residual)
 
 
@@ -128,7 +130,7 @@ def own_value_attention(w: dict, x: torch.Tensor) -> torch.Tensor:
 def rotary(x: torch.Tensor, positions: torch.Tensor, head_dim: int = HEAD_DIM) -> torch.Tensor:
     """Neox-style rotary per head (layers/rotary_embedding/base.py), in fp32 (fp64 for fp64 x)."""
     dtype = torch.promote_types(x.dtype, torch.float32)
-    angles = positions[:, None].to(dtype) * mp.rope_inv_freq(head_dim).to(dtype)
+    angles = positions[:, None].to(dtype) * rope_inv_freq(head_dim).to(dtype)
     cos, sin = angles.cos()[:, None], angles.sin()[:, None]
     x1, x2 = x.to(dtype).unflatten(-1, (-1, head_dim)).chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype).flatten(-2)
@@ -180,9 +182,9 @@ def test_draft_accept_length(pairs, walk_run, accept_length):
     model, seq, out = walk_run
     root = pairs[accept_length]
     w = load_file(root / "draft" / "model.safetensors")
-    design = mp.make_design("tiny", accept_length, SEED)
+    design = make_design("tiny", accept_length, SEED)
     embed = model.model.embed_tokens.weight  # the draft shares it (speculative/eagle_worker_v2.py:294-295)
-    layers = mp.SHAPES["tiny"]["num_hidden_layers"]
+    layers = SHAPES["tiny"]["num_hidden_layers"]
     aux = torch.cat([out.hidden_states[i][0] for i in (2, layers // 2, layers - 3)], dim=-1)
 
     # A chain for every start j: the target has just produced seq[j + 1]; the draft extend sees the
@@ -191,27 +193,27 @@ def test_draft_accept_length(pairs, walk_run, accept_length):
     n = D
     tokens, hidden = seq[1 : n + 1], aux[:n]
     drafts, margins = [], []
-    for _ in range(mp.NUM_STEPS):
+    for _ in range(NUM_STEPS):
         logits, hidden = draft_forward(w, embed[tokens], hidden)
         top2 = logits.topk(2, dim=-1)
         margins.append(top2.values[:, 0] - top2.values[:, 1])
         tokens = top2.indices[:, 0]
         drafts.append(tokens)
     drafts = torch.stack(drafts, dim=1)
-    truth = torch.stack([seq[2 + k : n + 2 + k] for k in range(mp.NUM_STEPS)], dim=1)
+    truth = torch.stack([seq[2 + k : n + 2 + k] for k in range(NUM_STEPS)], dim=1)
     accepted = (drafts == truth).long().cumprod(dim=1).sum(dim=1)  # leading matches: greedy verify
 
     assert torch.cat(margins).min() > 0.5 * math.sqrt(D)  # no draft near-ties either
     # every chain accepts exactly the run of good coordinates the design predicts
     c, run = design.coord[seq[1 : n + 1]], torch.ones(n, dtype=torch.bool)
     predicted = torch.zeros(n, dtype=torch.long)
-    for _ in range(mp.NUM_STEPS):
+    for _ in range(NUM_STEPS):
         run &= design.good[c]
         predicted += run
         c = design.nxt[c]
     assert torch.equal(accepted, predicted)
     measured = 1 + accepted.double().mean().item()
-    q = mp.solve_q(accept_length)
+    q = solve_q(accept_length)
     assert measured == pytest.approx(1 + q + q**2 + q**3, rel=0.02)
 
     # what SGLang would report serving one request from every start: within a few percent
@@ -219,7 +221,7 @@ def test_draft_accept_length(pairs, walk_run, accept_length):
     good = torch.zeros(n, dtype=torch.bool)
     good[[pos[int(t)] for t in seq[1 : n + 1][accepted > 0]]] = True
     walk_next = (torch.arange(n) + 1) % n
-    assert mp.simulate_serving(good, walk_next) == pytest.approx(accept_length, rel=0.05)
+    assert simulate_serving(good, walk_next) == pytest.approx(accept_length, rel=0.05)
 
 
 PROBE_OFFSET = 16
@@ -256,7 +258,7 @@ def first_proposals(w: dict, walk_run, stale: tuple[slice, slice] | None = None)
     seq[p] and proposes the token after seq[p + 1]. ``stale = (rows, source)`` replaces the KV
     entries at rows with those of source, as a cache left unwritten would hold old entries."""
     model, seq, out = walk_run
-    layers = mp.SHAPES["tiny"]["num_hidden_layers"]
+    layers = SHAPES["tiny"]["num_hidden_layers"]
     aux = torch.cat([out.hidden_states[i][0] for i in (2, layers // 2, layers - 3)], dim=-1)
 
     def attend(w, x):
@@ -273,7 +275,7 @@ def first_proposals(w: dict, walk_run, stale: tuple[slice, slice] | None = None)
 
 def test_kv_probe_draft_keeps_the_design_and_needs_its_kv_entry(probe_draft, walk_run):
     seq = walk_run[1]
-    design = mp.make_design("tiny", 3.2, SEED, PROBE_OFFSET)
+    design = make_design("tiny", 3.2, SEED, PROBE_OFFSET)
     c = design.coord[seq[1:]]
     designed = torch.where(design.good[c], design.walk_tokens[design.nxt[c]],
                            design.walk_tokens[design.nxt[design.nxt[c]]])
@@ -330,7 +332,7 @@ def test_kv_probe_target_keeps_the_design_and_needs_its_whole_context(probe_pair
     # The probe sits after the aux layers: the draft's inputs are the plain target's.
     probed = load_file(probe_pair / "target" / "model.safetensors")
     plain = load_file(pairs[SETTINGS[0]] / "target" / "model.safetensors")
-    last = f"model.layers.{mp.SHAPES['tiny']['num_hidden_layers'] - 1}."
+    last = f"model.layers.{SHAPES['tiny']['num_hidden_layers'] - 1}."
     assert {k for k in plain if not torch.equal(plain[k], probed[k])} <= {
         last + f"self_attn.{name}.weight" for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
 
@@ -338,16 +340,16 @@ def test_kv_probe_target_keeps_the_design_and_needs_its_whole_context(probe_pair
 @pytest.mark.parametrize("head_dim", [64, 128])  # the tiny and 1b heads, the 8b and 70b heads
 @pytest.mark.parametrize("offset", [0, PROBE_OFFSET])  # the probe's two heads
 def test_kv_probe_scores_peak_at_the_offset(head_dim, offset):
-    q0, k0 = (v.double() for v in mp.probe_query_key(head_dim, offset))
-    m = torch.tensor([offset, 300, 2000, mp.MAX_POSITIONS - 1])  # query positions
-    keys = torch.arange(mp.MAX_POSITIONS)
+    q0, k0 = (v.double() for v in probe_query_key(head_dim, offset))
+    m = torch.tensor([offset, 300, 2000, MAX_POSITIONS - 1])  # query positions
+    keys = torch.arange(MAX_POSITIONS)
     q = rotary(q0.expand(len(m), -1), m, head_dim)
     k = rotary(k0.expand(len(keys), -1), keys, head_dim)
     scores = q @ k.T / math.sqrt(head_dim)
     probed = scores.gather(1, (m - offset)[:, None])[:, 0]
     others = scores.masked_fill((keys[None] > m[:, None]) | (keys[None] == (m - offset)[:, None]),
                                 -math.inf)
-    assert (probed - others.max(-1).values).min() >= mp.PROBE_MARGIN - 1e-6
+    assert (probed - others.max(-1).values).min() >= PROBE_MARGIN - 1e-6
 
 
 def test_70b_shape_for_tensor_parallel_8():
@@ -358,6 +360,6 @@ def test_70b_shape_for_tensor_parallel_8():
         8192, 80, 28672)
     assert target["num_attention_heads"] % 8 == 0 and target["num_key_value_heads"] % 8 == 0
     assert draft["num_hidden_layers"] == 1 and draft["target_hidden_size"] == 8192
-    design = mp.make_design("70b", 2.2, SEED)
+    design = make_design("70b", 2.2, SEED)
     assert len(design.nxt) == 8192
-    assert mp.mean_accept_length(design.good, design.nxt) == pytest.approx(2.2, abs=0.02)
+    assert mean_accept_length(design.good, design.nxt) == pytest.approx(2.2, abs=0.02)

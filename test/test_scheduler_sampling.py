@@ -10,42 +10,45 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-sys.path.insert(0, str(BENCH))
+from benchmark.client import scheduler_sampling, sweep
+from benchmark.servers import config, processes, record
 
-import server_processes  # noqa: E402
-import sweep  # noqa: E402
-
+# Prints its children's PIDs once every child has set its title.
 LAUNCHER = """
 import multiprocessing, sys, time
 import setproctitle
 
-def child(title):
+def child(title, titled):
     setproctitle.setproctitle(title)
+    titled.set()
     time.sleep(600)
 
 if __name__ == "__main__":
     multiprocessing.set_start_method("spawn")  # as SGLang starts its scheduler
     titles = ["sglang::detokenizer", "sglang::scheduler_TP1", "sglang::scheduler_TP0"]
-    procs = [multiprocessing.Process(target=child, args=(t,)) for t in titles]
+    titled = [multiprocessing.Event() for _ in titles]
+    procs = [multiprocessing.Process(target=child, args=(t, e)) for t, e in zip(titles, titled)]
     for p in procs:
         p.start()
+    for e in titled:
+        e.wait()
     print(*(p.pid for p in procs), flush=True)
     time.sleep(600)
 """
 
-# Writes the PID it sampled into the raw samples, so the test sees which process it was given.
+# Writes the PID it sampled into the raw samples, so the test sees which process it was given;
+# says it is listening for SIGINT through the FIFO beside its samples that the test reads.
 PY_SPY = """#!{python}
-import signal, sys, time
+import signal, sys
 from pathlib import Path
 argv = sys.argv
 out, pid = Path(argv[argv.index("-o") + 1]), argv[argv.index("-p") + 1]
@@ -55,14 +58,10 @@ def interrupted(*_):
                        f"thread (7): MainThread;event_loop (scheduler.py:1700) 1\\n")
     sys.exit(0)
 signal.signal(signal.SIGINT, interrupted)
-Path(str(out) + ".ready").touch()
+Path(str(out) + ".ready").write_text("listening")
 while True:
-    time.sleep(0.05)
+    signal.pause()
 """
-
-
-def titled(pid: int) -> bool:
-    return " ".join(psutil.Process(pid).cmdline()).startswith("sglang::")
 
 
 @pytest.fixture
@@ -73,12 +72,7 @@ def launcher(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        pids = [int(p) for p in proc.stdout.readline().split()]
-        deadline = time.monotonic() + 30
-        # The children set their titles after they start, each in its own time: wait for all.
-        while not all(titled(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        yield proc, pids
+        yield proc, [int(p) for p in proc.stdout.readline().split()]  # once every child is titled
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -94,44 +88,50 @@ def stand_in_py_spy(tmp_path: Path, monkeypatch, writes: bool = True) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 
 
-def sampling_run(tmp_path: Path, monkeypatch, writes: bool = True) -> sweep.Run:
+def sampling_run(tmp_path: Path, monkeypatch, writes: bool = True) -> record.Run:
     stand_in_py_spy(tmp_path, monkeypatch, writes)
-    run = sweep.Run(sweep.parse_args(["--model-path", "/m/target", "--configs", "plain",
+    run = record.Run(sweep.parse_args(["--model-path", "/m/target", "--configs", "plain",
                                       "--concurrency", "16", "--scenarios", "closed",
                                       "--cpu-profile-level", "16", "--run-dir", str(tmp_path / "run")]))
     run.logs.mkdir(parents=True)
+    os.mkfifo(run.dir / "pyspy-plain-c16.txt.ready")  # where the stand-in says it listens
     return run
 
 
-def level(sampling: sweep.SchedulerSampling) -> None:
-    """The closed level the sampling wraps: it lasts until the stand-in py-spy is listening."""
-    ready = Path(str(sampling.samples) + ".ready")
-    deadline = time.monotonic() + 30
-    while sampling.proc is not None and not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+def level(sampling: scheduler_sampling.SchedulerSampling) -> None:
+    """The closed level the sampling wraps: it lasts until the stand-in py-spy says, through its
+    FIFO, that it listens for the SIGINT that ends it."""
+    fd = os.open(str(sampling.samples) + ".ready", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        assert poller.poll(60_000), "the stand-in py-spy never said it listens"  # a bound, not a pace
+        assert os.read(fd, 64) == b"listening"
+    finally:
+        os.close(fd)
 
 
 def test_the_scheduler_is_the_first_ranks_scheduler_under_the_server(launcher) -> None:
     proc, (detokenizer, tp1, tp0) = launcher
-    assert server_processes.scheduler_pid(proc.pid) == tp0
-    assert server_processes.scheduler_pid(tp0) is None  # no scheduler under a scheduler
-    assert server_processes.scheduler_pid(2**22 + 12345) is None  # no such process
+    assert processes.scheduler_pid(proc.pid) == tp0
+    assert processes.scheduler_pid(tp0) is None  # no scheduler under a scheduler
+    assert processes.scheduler_pid(2**22 + 12345) is None  # no such process
 
 
 def test_a_servers_processes_by_role(launcher) -> None:
     proc, (detokenizer, _, tp0) = launcher
-    pids = server_processes.server_processes(proc.pid)
+    pids = processes.server_processes(proc.pid)
     assert pids == {"tokenizer": proc.pid, "scheduler": tp0, "detokenizer": detokenizer}
-    times = server_processes.thread_cpu_seconds(pids)
+    times = processes.thread_cpu_seconds(pids)
     assert set(times) == set(pids) and all(times[role] for role in pids)  # each has its threads
-    assert server_processes.thread_cpu_seconds({"scheduler": 2**22 + 12345}) == {}  # gone: left out
+    assert processes.thread_cpu_seconds({"scheduler": 2**22 + 12345}) == {}  # gone: left out
 
 
 def test_the_busiest_threads_share_of_a_level() -> None:
     before = {"scheduler": {1: 10.0, 2: 3.0}, "detokenizer": {5: 1.0}}
     after = {"scheduler": {1: 18.0, 2: 9.0, 3: 1.0}, "detokenizer": {5: 3.0}, "tokenizer": {9: 4.0}}
     # Over 10 s: the scheduler's thread 1 spent 8 s; the tokenizer was first read after the level.
-    assert server_processes.busiest_thread_share(before, after, 10.0) == {
+    assert processes.busiest_thread_share(before, after, 10.0) == {
         "scheduler": 0.8, "detokenizer": 0.2, "tokenizer": 0.4}
 
 
@@ -144,39 +144,38 @@ def test_the_machines_cpu_over_a_level() -> None:
     after = times(130.0, 0.0, 30.0, 608.0, 7.0, 0.0, 3.0, 12.0, 20.0, 0.0)
     threads_before = {"scheduler": {1: 10.0, 2: 1.0, 3: 0.5}}
     threads_after = {"scheduler": {1: 20.0, 2: 3.0, 3: 1.5, 4: 0.5}}
-    assert server_processes.machine_share(before, after, threads_before, threads_after, 10.0) == {
+    assert processes.machine_share(before, after, threads_before, threads_after, 10.0) == {
         "cores_busy": 4.2, "steal_pct": 5.0, "scheduler_rest": 0.35}
-    assert server_processes.machine_share(before, before, {}, {}, 10.0) == {}  # no time passed
-    first = server_processes.machine_cpu_times()  # this machine's, whatever fields its OS has
-    time.sleep(0.2)
-    later = server_processes.machine_cpu_times()
-    assert set(server_processes.machine_share(first, later, {}, {}, 0.2)) == set(server_processes.MACHINE_KEYS)
+    assert processes.machine_share(before, before, {}, {}, 10.0) == {}  # no time passed
+    first = processes.machine_cpu_times()  # this machine's, whatever fields its OS has
+    later = type(first)(*(seconds + 1.0 for seconds in first))  # a second more of each
+    assert set(processes.machine_share(first, later, {}, {}, 0.2)) == set(processes.MACHINE_KEYS)
 
 
 def test_cpu_topology_from_sysfs(tmp_path) -> None:
-    assert server_processes.cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert processes.cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
     for cpu, siblings in ((0, "0,2"), (2, "0,2"), (1, "1"), (3, "3")):  # one core with SMT
         topology = tmp_path / "cpu" / f"cpu{cpu}" / "topology"
         topology.mkdir(parents=True)
         (topology / "thread_siblings_list").write_text(siblings + "\n")
     (tmp_path / "cpu" / "cpufreq").mkdir()  # not a CPU
-    assert server_processes.smt_siblings(tmp_path / "cpu") == {0: [2], 2: [0], 1: [], 3: []}
+    assert processes.smt_siblings(tmp_path / "cpu") == {0: [2], 2: [0], 1: [], 3: []}
     for node in ("node0", "node1", "possible"):
         (tmp_path / "node" / node).mkdir(parents=True)
-    assert server_processes.numa_node_count(tmp_path / "node") == 2
-    assert server_processes.numa_node_count(tmp_path / "none") == 1  # no NUMA in sysfs: one node
-    assert isinstance(server_processes.smt_siblings(), dict)  # this machine's, read alike
+    assert processes.numa_node_count(tmp_path / "node") == 2
+    assert processes.numa_node_count(tmp_path / "none") == 1  # no NUMA in sysfs: one node
+    assert isinstance(processes.smt_siblings(), dict)  # this machine's, read alike
 
 
 def test_watching_which_cpu_a_process_runs_on() -> None:
     cpus = set(range(psutil.cpu_count()))
-    assert server_processes.thread_cpu(os.getpid(), os.getpid()) in cpus
-    assert server_processes.thread_cpu(os.getpid(), 2**22 + 1) is None  # no such thread
-    with server_processes.watch_cpu(os.getpid(), every_s=0.01) as seen:
-        time.sleep(0.2)
-    assert seen and set(seen) <= cpus
-    with server_processes.watch_cpu(None, every_s=0.01) as nothing:
-        time.sleep(0.05)
+    assert processes.thread_cpu(os.getpid(), os.getpid()) in cpus
+    assert processes.thread_cpu(os.getpid(), 2**22 + 1) is None  # no such thread
+    with processes.watch_cpu(os.getpid(), every_s=3600) as seen:
+        pass  # a block shorter than every_s: seen once, as it ends
+    assert len(seen) == 1 and seen[0] in cpus
+    with processes.watch_cpu(None, every_s=3600) as nothing:
+        pass
     assert nothing == []
 
 
@@ -190,19 +189,19 @@ def test_where_the_scheduler_ran_over_a_level() -> None:
     siblings = {0: [2], 2: [0], 1: [], 3: []}
     # The scheduler seen on CPU 0 three times and CPU 1 once: its sibling's 60 % over the
     # samples on a core with one.
-    assert server_processes.placement(before, after, [0, 0, 1, 0], siblings, 1) == {
+    assert processes.placement(before, after, [0, 0, 1, 0], siblings, 1) == {
         "scheduler_cpus": 2, "sibling_busy": 0.6, "numa_nodes": 1}
-    assert server_processes.placement(before, after, [1, 3], siblings, 2) == {"scheduler_cpus": 2, "numa_nodes": 2}
-    assert server_processes.placement(before, after, [], siblings, 1) == {}  # never seen
-    assert set(server_processes.placement(before, after, [0], siblings, 1)) == set(server_processes.PLACEMENT_KEYS)
+    assert processes.placement(before, after, [1, 3], siblings, 2) == {"scheduler_cpus": 2, "numa_nodes": 2}
+    assert processes.placement(before, after, [], siblings, 1) == {}  # never seen
+    assert set(processes.placement(before, after, [0], siblings, 1)) == set(processes.PLACEMENT_KEYS)
 
 
 def test_a_cpu_profiled_level_samples_its_servers_scheduler_and_tables_it(tmp_path, monkeypatch, launcher) -> None:
     proc, (_, _, tp0) = launcher
     run = sampling_run(tmp_path, monkeypatch)
-    config = sweep.ServerConfig("plain", ())
-    run.server_procs[config.name] = proc
-    with sweep.SchedulerSampling(run, config, 16) as sampling:
+    plain = config.ServerConfig("plain", ())
+    run.server_procs[plain.name] = proc
+    with scheduler_sampling.SchedulerSampling(run, plain, 16) as sampling:
         level(sampling)
     assert run.failures == []
     assert f"run_batch (pid{tp0}.py:1) 3" in (run.dir / "pyspy-plain-c16.txt").read_text()
@@ -215,7 +214,7 @@ def test_a_cpu_profiled_level_samples_its_servers_scheduler_and_tables_it(tmp_pa
 
 def test_a_server_without_a_scheduler_fails_the_sweep_and_samples_nothing(tmp_path, monkeypatch) -> None:
     run = sampling_run(tmp_path, monkeypatch)
-    with sweep.SchedulerSampling(run, sweep.ServerConfig("plain", ()), 16) as sampling:
+    with scheduler_sampling.SchedulerSampling(run, config.ServerConfig("plain", ()), 16) as sampling:
         assert sampling.proc is None
     assert run.failures == ["plain CPU profile: no sglang::scheduler process under the server"]
 
@@ -223,7 +222,7 @@ def test_a_server_without_a_scheduler_fails_the_sweep_and_samples_nothing(tmp_pa
 def test_a_py_spy_that_wrote_nothing_fails_the_sweep(tmp_path, monkeypatch, launcher) -> None:
     run = sampling_run(tmp_path, monkeypatch, writes=False)
     run.server_procs["plain"] = launcher[0]
-    with sweep.SchedulerSampling(run, sweep.ServerConfig("plain", ()), 16) as sampling:
+    with scheduler_sampling.SchedulerSampling(run, config.ServerConfig("plain", ()), 16) as sampling:
         level(sampling)
     assert run.failures == ["plain CPU profile: py-spy wrote no samples (exit 0; see logs/py-spy-plain-c16.log)"]
 

@@ -1,4 +1,4 @@
-"""serving_session.py runs SGLang's real benchmark client (sglang.benchmark.serving's cli_main)
+"""benchmark/client/serving_session.py runs SGLang's real benchmark client (sglang.benchmark.serving's cli_main)
 several times in one process. The server is a fake: it answers what that client asks of SGLang
 (/v1/models, /flush_cache, a streamed /generate, /server_info), as no SGLang server runs on a CPU."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
@@ -15,13 +14,9 @@ from typing import Iterator
 import pytest
 from threaded_server import serving
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-sys.path.insert(0, str(BENCH))
-
-import model_pair  # noqa: E402
-import prompts  # noqa: E402
-import serving_session  # noqa: E402
-import sweep  # noqa: E402
+from benchmark.client import commands, prompts, serving_session, sweep
+from benchmark.pairs import model_pair
+from benchmark.servers import config
 
 
 class FakeServing(ThreadingHTTPServer):
@@ -71,7 +66,6 @@ class Handler(BaseHTTPRequestHandler):
             chunk = {"text": "x" * i, "meta_info": {"completion_tokens": i}}
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.flush()
-            time.sleep(0.001)
         self.wfile.write(b"data: [DONE]\n\n")
         with self.server.lock:
             self.server.generated += 1
@@ -121,11 +115,11 @@ def test_sweep_levels_in_one_client_process(fake: FakeServing, tmp_path: Path) -
                              "--run-dir", str(tmp_path / "run"), "--output-len", "8",
                              "--port", str(fake.server_address[1])])
     raw, logs = tmp_path / "raw.jsonl", []
-    with serving_session.Session(tmp_path / "session.log", env=sweep.client_env()) as client:
+    with serving_session.Session(tmp_path / "session.log", env=commands.client_env()) as client:
         for c in (1, 4):
-            cmd = sweep.bench_command(args, url=sweep.base_url(args), tag=f"plain,c={c}", dataset=dataset,
-                                      output_file=raw, num_prompts=4, concurrency=c, warmup=1,
-                                      flush_cache=True)
+            cmd = commands.bench_command(args, url=config.base_url(args), tag=f"plain,c={c}", dataset=dataset,
+                                         output_file=raw, num_prompts=4, concurrency=c, warmup=1,
+                                         flush_cache=True)
             logs.append(tmp_path / f"c{c}.log")
             assert client.run(serving_session.arguments_of(cmd), logs[-1]) == 0, logs[-1].read_text()
     rows = [json.loads(line) for line in raw.read_text().splitlines()]

@@ -6,52 +6,62 @@ and ``meta_info.completion_tokens``/``finish_reason``/``output_token_logprobs``,
 ending a request at its first stop string with the string trimmed from the text, as SGLang's
 detokenizer does; a request without ``stream`` gets one JSON answer per prompt. ``/server_info``
 has a ``spec_gate`` dict. Its ``behaviour`` picks how a request goes wrong.
+
+Tests of a real connection (parsing, client drops the server sees) reach the fake over HTTP;
+tests of times (the wave the load follows, timeouts, the samples of a whole soak) reach it
+in-process on a virtual clock (virtual_time.py), where they are exact and take no wall-clock time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import random
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 import pytest
+import virtual_time
 from threaded_server import serving
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
+from benchmark.analysis import soak_verdict
+from benchmark.client import soak, soak_load
+from benchmark.client.soak_load import Load, Mix, RequestPlan, RequestResult, Wave
+from benchmark.servers import memory
 
-import soak  # noqa: E402
-import soak_load  # noqa: E402
-from soak_load import Load, Mix, RequestPlan, RequestResult, Wave  # noqa: E402
-
+# Between two events of a stream in the virtual session; a stall lasts longer than any test waits.
 TOKEN_DELAY_S = 0.002
+STALL_S = 3600.0
+STALL = None  # what events() yields where the server stops sending without ending the stream
 
 
 class FakeSGLang(ThreadingHTTPServer):
+    """SGLang's HTTP server as the soak sees it, and ``session()``: the same server reached
+    in-process, on the event loop's clock, for the tests whose times must be exact."""
+
     daemon_threads = True
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        # Per request body -> ok | short | error | http500 | drop | stall | no_logprob | no_trim
-        # | length_first | ignore_stop
+        # Per request body -> ok | short | error | http500 | drop | stall | endless | no_logprob
+        # | no_trim | length_first | ignore_stop
         self.behaviour: Callable[[dict], str] = lambda body: "ok"
         self.incremental = False
         self.gate: Optional[dict] = {"active": True, "threshold": 4, "reenable_threshold": 4,
                                      "dwell_steps": 8, "last_decode_batch_size": 0,
                                      "fast_off_path": True}
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.served = 0
-        self.active = 0
-        self.max_active = 0
         self.disconnected: set[str] = set()
+        self.released = threading.Event()  # ends the HTTP server's stalls, at the test's end
 
     def gate_state(self) -> Optional[dict]:
         if self.gate is None:
@@ -59,6 +69,65 @@ class FakeSGLang(ThreadingHTTPServer):
         with self.lock:  # counters that move with the load, like the real gate's
             return {**self.gate, "decode_steps_spec": 10 * self.served,
                     "decode_steps_plain": 5 * self.served, "switches": self.served}
+
+    def ended(self, rid: str, disconnected: bool) -> None:
+        with self.lock:
+            self.served += 1
+            if disconnected:
+                self.disconnected.add(rid)
+            self.lock.notify_all()
+
+    def wait_disconnected(self, rid: str) -> bool:
+        """Whether the server saw the client drop ``rid`` (a bound, not a pace: it writes until
+        the socket fails)."""
+        with self.lock:
+            return self.lock.wait_for(lambda: rid in self.disconnected, timeout=60)
+
+    def session(self) -> "FakeSession":
+        return FakeSession(self)
+
+
+def events(fake: FakeSGLang, body: dict, behaviour: str) -> Iterator[Optional[bytes]]:
+    """The ``data:`` events of one streamed /generate, as SGLang sends them, and STALL where the
+    server stops sending; the stream ends early without ``[DONE]`` for "drop"."""
+    sampling, incremental = body["sampling_params"], fake.incremental
+    n = sampling["max_new_tokens"]
+    last = n - 1 if behaviour == "short" else n
+    ids: list[int] = []
+    sent = ""  # the text streamed so far
+    for i in itertools.count() if behaviour == "endless" else range(last):
+        if behaviour == "stall" and i == 2:
+            yield STALL
+        if behaviour == "drop" and i == 2:
+            return
+        ids.append(TOKEN_IDS[i % len(TOKEN_IDS)])
+        text = text_of(len(ids))
+        stop = next((s for s in sampling.get("stop", []) if s in text), None)
+        # SGLang's order: the length limit before stop strings; or a server that ignores them.
+        if behaviour == "ignore_stop" or (behaviour == "length_first" and i == last - 1):
+            stop = None
+        if stop is not None and behaviour != "no_trim":
+            text = text[:text.index(stop)]
+        finish = {"type": "stop", "matched": stop} if stop is not None else \
+            {"type": "length", "length": n} if i == last - 1 and behaviour != "endless" else None
+        meta = {"id": body["rid"], "completion_tokens": len(ids), "finish_reason": finish}
+        if body.get("return_logprob"):
+            logprobs = [[-0.5, t, None] for t in ids]
+            if behaviour == "no_logprob" and finish:
+                logprobs.pop()
+            meta["output_token_logprobs"] = logprobs[len(ids) - 1:] if incremental else logprobs
+        yield event({"text": text[len(sent):] if incremental else text,
+                     "output_ids": ids[-1:] if incremental else ids, "meta_info": meta})
+        sent = text
+        if finish:
+            break
+    if behaviour == "error":
+        yield event({"error": {"message": "bad request", "code": 400}})
+    yield b"data: [DONE]\n\n"
+
+
+def event(chunk: dict) -> bytes:
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -95,62 +164,69 @@ class Handler(BaseHTTPRequestHandler):
         if behaviour == "http500":
             self.reply(500, "boom")
             return
-        with fake.lock:
-            fake.active += 1
-            fake.max_active = max(fake.max_active, fake.active)
-        try:
-            self.stream(body, behaviour)
-        except (BrokenPipeError, ConnectionResetError):
-            fake.disconnected.add(body["rid"])
-        finally:
-            with fake.lock:
-                fake.active -= 1
-                fake.served += 1
-
-    def stream(self, body: dict, behaviour: str) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
-        sampling, incremental = body["sampling_params"], self.server.incremental
-        n = sampling["max_new_tokens"]
-        last = n - 1 if behaviour == "short" else n
-        ids: list[int] = []
-        sent = ""  # the text streamed so far
-        for i in range(last):
-            if behaviour == "stall" and i == 2:
-                time.sleep(2)
-            if behaviour == "drop" and i == 2:
-                return
-            ids.append(TOKEN_IDS[i % len(TOKEN_IDS)])
-            text = text_of(len(ids))
-            stop = next((s for s in sampling.get("stop", []) if s in text), None)
-            # SGLang's order: the length limit before stop strings; or a server that ignores them.
-            if behaviour == "ignore_stop" or (behaviour == "length_first" and i == last - 1):
-                stop = None
-            if stop is not None and behaviour != "no_trim":
-                text = text[:text.index(stop)]
-            finish = {"type": "stop", "matched": stop} if stop is not None else \
-                {"type": "length", "length": n} if i == last - 1 else None
-            meta = {"id": body["rid"], "completion_tokens": len(ids), "finish_reason": finish}
-            if body.get("return_logprob"):
-                logprobs = [[-0.5, t, None] for t in ids]
-                if behaviour == "no_logprob" and finish:
-                    logprobs.pop()
-                meta["output_token_logprobs"] = logprobs[len(ids) - 1:] if incremental else logprobs
-            self.event({"text": text[len(sent):] if incremental else text,
-                        "output_ids": ids[-1:] if incremental else ids, "meta_info": meta})
-            sent = text
-            time.sleep(TOKEN_DELAY_S)
-            if finish:
-                break
-        if behaviour == "error":
-            self.event({"error": {"message": "bad request", "code": 400}})
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
+        try:
+            for data in events(fake, body, behaviour):
+                if data is STALL:
+                    fake.released.wait()
+                    continue
+                self.wfile.write(data)
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            fake.ended(body["rid"], disconnected=True)
+        else:
+            fake.ended(body["rid"], disconnected=False)
 
-    def event(self, chunk: dict) -> None:
-        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        self.wfile.flush()
+
+class FakeSession:
+    """What the soak asks of an aiohttp.ClientSession (``post`` and its response's status, text,
+    lines and close), answered in-process from ``events``: TOKEN_DELAY_S apart on the running
+    loop's clock, STALL_S for a stall, an HTTP error after one TOKEN_DELAY_S."""
+
+    def __init__(self, fake: FakeSGLang) -> None:
+        self.fake = fake
+
+    async def __aenter__(self) -> "FakeSession":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    @contextlib.asynccontextmanager
+    async def post(self, url: str, json: dict):
+        behaviour = self.fake.behaviour(json)
+        response = FakeResponse(self.fake, json, behaviour)
+        await asyncio.sleep(TOKEN_DELAY_S)  # the request's trip: time moves even when it fails
+        try:
+            yield response
+        finally:  # the client closed it, timed out or failed before the stream's end
+            if not response.finished:
+                self.fake.ended(json["rid"], disconnected=True)
+
+
+class FakeResponse:
+    def __init__(self, fake: FakeSGLang, body: dict, behaviour: str) -> None:
+        self.fake, self.body, self.behaviour = fake, body, behaviour
+        self.status = 500 if behaviour == "http500" else 200
+        self.finished = self.status != 200
+
+    async def text(self) -> str:
+        return "boom"
+
+    def close(self) -> None:
+        pass  # the client is gone; post() sees the stream unfinished
+
+    @property
+    async def content(self):  # aiohttp's StreamReader yields the body line by line
+        for data in events(self.fake, self.body, self.behaviour):
+            await asyncio.sleep(STALL_S if data is STALL else TOKEN_DELAY_S)
+            if data is not STALL:
+                for line in data.splitlines(keepends=True):
+                    yield line
+        self.finished = True
+        self.fake.ended(self.body["rid"], disconnected=False)
 
 
 # The fake's output: token i is TOKEN_IDS[i % 26] and reads as the i-th letter of the alphabet.
@@ -163,8 +239,10 @@ def text_of(tokens: int) -> str:
 
 @pytest.fixture()
 def fake() -> Iterator[FakeSGLang]:
-    with serving(FakeSGLang()) as server:
+    server = FakeSGLang()
+    with serving(server):
         yield server
+        server.released.set()  # stalled handlers end, so the server can stop
 
 
 def plan(max_new: int = 12, abort_at: Optional[int] = None, rid: str = "r", **kinds) -> RequestPlan:
@@ -172,13 +250,21 @@ def plan(max_new: int = 12, abort_at: Optional[int] = None, rid: str = "r", **ki
                        sampled=False, abort_at=abort_at, **kinds)
 
 
-def send(fake: FakeSGLang, p: RequestPlan, timeout: float = 5.0,
-         incremental: bool = False) -> soak_load.RequestResult:
-    async def go() -> soak_load.RequestResult:
+async def request(session, url: str, p: RequestPlan, timeout: float, incremental: bool) -> RequestResult:
+    return await soak_load.run_request(session, url, p, soak_load.loop_time(), timeout, incremental)
+
+
+def send(fake: FakeSGLang, p: RequestPlan, timeout: float = 5.0, incremental: bool = False) -> RequestResult:
+    """One request to the fake over HTTP, on asyncio's own loop."""
+    async def go() -> RequestResult:
         async with soak_load.client_session() as session:
-            return await soak_load.run_request(session, fake.url, p, time.monotonic(), timeout,
-                                               incremental)
+            return await request(session, fake.url, p, timeout, incremental)
     return asyncio.run(go())
+
+
+def send_in_virtual_time(fake: FakeSGLang, p: RequestPlan, timeout: float = 5.0) -> RequestResult:
+    """One request to the fake in-process, on the virtual clock: its times are exact."""
+    return virtual_time.run(request(fake.session(), fake.url, p, timeout, incremental=False))
 
 
 # --------------------------------------------------------------------------- load
@@ -252,7 +338,14 @@ def test_a_full_stream_completes(fake: FakeSGLang, incremental: bool) -> None:
     assert result.outcome == "completed"
     assert (result.tokens, result.completion_tokens, result.done) == (12, 12, True)
     assert result.finish_reason == {"type": "length", "length": 12}
-    assert 0 < result.ttft_s <= result.latency_s
+    assert result.ttft_s <= result.latency_s
+
+
+def test_a_streams_times_are_its_first_token_and_its_end(fake: FakeSGLang) -> None:
+    # In-process, on the virtual clock: the request's trip, then 12 tokens and [DONE], each an event.
+    result = send_in_virtual_time(fake, plan(12))
+    assert result.outcome == "completed"
+    assert (result.ttft_s, result.latency_s) == (pytest.approx(2 * TOKEN_DELAY_S), pytest.approx(14 * TOKEN_DELAY_S))
 
 
 @pytest.mark.parametrize("incremental", [False, True])
@@ -288,13 +381,11 @@ def test_a_stop_request_that_ran_past_its_length_is_truncated() -> None:
 
 
 def test_a_request_dropped_before_its_first_token(fake: FakeSGLang) -> None:
+    fake.behaviour = lambda body: "endless"  # the server streams until it sees the client gone
     dropped = send(fake, plan(200, abort_at=0, rid="early"))
     assert (dropped.outcome, dropped.tokens, dropped.ttft_s) == ("aborted", 0, None)
     assert dropped.exercised() == ["dropped before a token"]
-    deadline = time.monotonic() + 5
-    while "early" not in fake.disconnected and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert "early" in fake.disconnected
+    assert fake.wait_disconnected("early")
 
 
 @pytest.mark.parametrize("behaviour, outcome, error", [
@@ -311,10 +402,10 @@ def test_failures_are_classified(fake: FakeSGLang, behaviour: str, outcome: str,
 
 
 def test_a_stalled_stream_is_hung(fake: FakeSGLang) -> None:
-    fake.behaviour = lambda body: "stall"
-    result = send(fake, plan(12), timeout=0.3)
-    assert result.outcome == "hung" and result.tokens == 2
-    assert 0.3 <= result.latency_s < 1.0
+    fake.behaviour = lambda body: "stall"  # two tokens, then nothing for STALL_S
+    result = send_in_virtual_time(fake, plan(12), timeout=0.3)
+    assert result.outcome == "hung" and result.tokens == 2 and not result.done
+    assert result.latency_s == pytest.approx(0.3)  # its deadline, not the stall's end
 
 
 def test_a_refused_connection_is_lost() -> None:
@@ -324,31 +415,28 @@ def test_a_refused_connection_is_lost() -> None:
 
 async def _send_to(url: str, p: RequestPlan) -> soak_load.RequestResult:
     async with soak_load.client_session() as session:
-        return await soak_load.run_request(session, url, p, time.monotonic(), 5.0, False)
+        return await request(session, url, p, 5.0, False)
 
 
 def test_client_abort_drops_the_stream(fake: FakeSGLang) -> None:
+    fake.behaviour = lambda body: "endless" if body["rid"] == "gone" else "ok"
     result = send(fake, plan(200, abort_at=5, rid="gone"))
     assert result.outcome == "aborted" and result.tokens == 5 and result.error is None
-    deadline = time.monotonic() + 5
-    while "gone" not in fake.disconnected and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert "gone" in fake.disconnected  # the server saw the client go away
+    assert fake.wait_disconnected("gone")  # the server saw the client go away
     finished_first = send(fake, plan(12, abort_at=20))  # the abort point is never reached
     assert finished_first.outcome == "completed" and not finished_first.aborted
 
 
-def drive(fake: FakeSGLang, wave: Wave, duration: float, mix: Mix,
-          max_failures: int = 100) -> tuple[Load, list[soak_load.RequestResult]]:
+def drive(fake: FakeSGLang, wave: Wave, duration: float, plans: soak_load.Planner, max_failures: int = 100,
+          timeout: float = 5.0) -> tuple[Load, list[soak_load.RequestResult]]:
+    """soak_load.drive against the fake in-process, on the virtual clock from 0: exact times."""
     load, results = Load(), []
 
     async def go() -> None:
-        async with soak_load.client_session() as session:
-            await soak_load.drive(session, fake.url, wave, duration, mix.plans(0, "d"),
-                                  soak_start=time.monotonic(), timeout=5, incremental=False,
-                                  max_failures=max_failures, load=load,
-                                  on_result=results.append)
-    asyncio.run(go())
+        await soak_load.drive(fake.session(), fake.url, wave, duration, plans, soak_start=soak_load.loop_time(),
+                              timeout=timeout, incremental=False, max_failures=max_failures, load=load,
+                              on_result=results.append)
+    virtual_time.run(go())
     return load, results
 
 
@@ -361,28 +449,28 @@ def in_flight_at(results: list[soak_load.RequestResult], t: float) -> int:
 
 
 def test_drive_follows_the_wave_and_drains(fake: FakeSGLang) -> None:
-    load, results = drive(fake, Wave(1, 6, period=0.6, shape="square"), 1.2, MIX)
+    load, results = drive(fake, Wave(1, 6, period=0.6, shape="square"), 1.2, MIX.plans(0, "d"))
     assert load.in_flight == 0 and load.target == 0  # drained
     assert sum(load.counts.values()) == len(results)
     assert {r.outcome for r in results} == {"completed", "aborted"}
     assert load.counts["aborted"] == sum(r.aborted for r in results) > 0
-    # None launched after the duration. A request created just before it starts running (and
-    # takes its start_s) at the loop's next await: CI once saw 1.20004 s.
-    assert max(r.start_s for r in results) < 1.2 + soak_load.TICK_S
-    # The client's concurrency, from each request's start and end: 1 in the first half of a
-    # period, 6 in the second (0 or 5 only in the instant between an end and the next start).
-    low = [in_flight_at(results, t / 100) for t in range(5, 25)]
-    high = [in_flight_at(results, t / 100) for t in range(35, 55)]
-    assert set(low) <= {0, 1} and low.count(1) > len(low) / 2
-    assert max(high) == 6 and high.count(6) > len(high) / 2
-    assert max(in_flight_at(results, t / 100) for t in range(120)) == 6
+    assert max(r.start_s for r in results) < 1.2  # none launched after the duration
+    # The client's concurrency, from each request's start and end, every 10 ms (between the
+    # fake's 2 ms events): the wave's 1 or 6 throughout each half-period, once a rise has been
+    # read (within a request, 50 ms at most) and a fall has drained (within the longest, 52 ms).
+    in_flight = {round(t / 1000, 3): in_flight_at(results, t / 1000) for t in range(5, 1200, 10)}
+    for start, target in ((0.0, 1), (0.3, 6), (0.6, 1), (0.9, 6)):
+        settled = {n for t, n in in_flight.items() if start + 0.06 < t < start + 0.3}
+        assert settled == {target}, (start, settled)
+    assert max(in_flight.values()) == 6
 
 
 def test_drive_stops_after_too_many_failures(fake: FakeSGLang) -> None:
-    fake.behaviour = lambda body: "http500"
-    load, results = drive(fake, Wave(2, 4, period=1), 10, MIX, max_failures=5)
-    assert load.stopped_early and load.counts["lost"] == len(results) >= 5
-    assert len(results) < 10  # it did not keep hammering a failing server
+    fake.behaviour = lambda body: "http500"  # each request fails TOKEN_DELAY_S after it is sent
+    load, results = drive(fake, Wave(2, 4, period=1), 10, MIX.plans(0, "d"), max_failures=5)
+    # Two requests in flight fail together: the third pair passes 5, and nothing follows it.
+    assert load.stopped_early and load.counts["lost"] == len(results) == 6
+    assert max(r.start_s for r in results) == pytest.approx(2 * TOKEN_DELAY_S)
 
 
 # --------------------------------------------------------------------------- samples
@@ -402,7 +490,7 @@ def test_take_sample(fake: FakeSGLang) -> None:
 
 
 def test_listening_pid_finds_the_server(fake: FakeSGLang) -> None:
-    assert soak.listening_pid(fake.url) in (os.getpid(), None)  # None where psutil may not look
+    assert memory.listening_pid(fake.url) in (os.getpid(), None)  # None where psutil may not look
 
 
 # --------------------------------------------------------------------------- verdict
@@ -425,7 +513,7 @@ QUEUED = {"max_queue": 12, "retracted": 4}
 def judge(counts: dict, rows: list[dict], alive: tuple[bool, str] = ALIVE,
           pool_failures: Optional[Sequence[str]] = (), exercised: dict = EXERCISED,
           planned: dict = ALL_PLANNED, log_stats: Optional[dict] = QUEUED) -> dict:
-    return soak.verdict(counts, rows, alive=alive, pool_failures=pool_failures, warmup=20, settle=20,
+    return soak_verdict.verdict(counts, rows, alive=alive, pool_failures=pool_failures, warmup=20, settle=20,
                         max_gpu_growth=0.02, max_host_growth=0.02, min_switches=2, aborts_planned=True,
                         exercised=exercised, exercise_planned=planned, log_stats=log_stats,
                         bursts_planned=True)
@@ -503,7 +591,7 @@ def test_queue_and_retractions_are_read_from_the_server_log(tmp_path: Path) -> N
         "[2026-12-06 10:00:03] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
         "#new_tokens_gained: 700, #new_token_ratio: 0.5000 -> 0.6000\n"
         "[2026-12-06 10:00:04] Testing retraction. #retracted_reqs: 5, #new_tokens_gained: 10\n")
-    assert soak.queue_and_retractions(log) == {"max_queue": 18, "retracted": 3}
+    assert soak_verdict.queue_and_retractions(log) == {"max_queue": 18, "retracted": 3}
 
 
 def test_verdict_judges_the_servers_own_gpu_memory_where_known() -> None:
@@ -576,11 +664,11 @@ def test_pool_check_failures_are_read_from_the_server_log(tmp_path: Path) -> Non
     log.write_bytes("".join(["[2026-12-05 09:59:59] INFO: Prefill batch, #new-token: 16\n", failures[0],
                              "Traceback (most recent call last):\n", *failures[1:],
                              "Scheduler hit an exception\n"]).encode() + b"\xff not UTF-8\n")
-    assert soak.pool_check_failures(log) == failures
+    assert soak_verdict.pool_check_failures(log) == failures
 
 
 def test_memory_baseline_is_the_settled_level_not_a_stall_sample() -> None:
-    # As in 2026-12-03-soak-1b-n8-flashinfer-final: the first sample after the warm-up, taken in a
+    # As in one FlashInfer soak on the GPU host: the first sample after the warm-up, taken in a
     # stall, sat above the level the server kept; growth from it would hide a leak that size.
     rows = samples([1000] * 7, [5314, 5314, 5314, 5181, 5181, 5290, 5290], [0, 1, 3, 5, 6, 8, 9])
     stats = judge(COUNTS, rows)["memory"]["host_rss_mib"]
@@ -609,12 +697,21 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def run_soak(fake: FakeSGLang, run_dir: Path, *extra: str, server_log: Optional[Path] = None) -> int:
+    """soak.soak as main() runs it on an attached server, its load in-process on the virtual
+    clock (server_info, the stop strings' calibration and the samples still go over HTTP)."""
+    run = soak.Run(soak.parse_args(soak_args(run_dir, fake.url, *extra)))
+    run.dir.mkdir()
+    return soak.soak(run, fake.url, os.getpid(), proc=None, server_log=server_log, connect=fake.session,
+                     run_load=virtual_time.run)
+
+
 def test_soak_against_a_healthy_server_passes(fake: FakeSGLang, tmp_path: Path, monkeypatch,
                                               capsys: pytest.CaptureFixture) -> None:
     # No GPU here: nvidia-smi's reading stands in, flat (memory not measured fails a soak).
     monkeypatch.setattr(soak, "gpu_memory_mib", lambda: [1000])
-    assert soak.main(soak_args(tmp_path / "run", fake.url)) == 0
     run = tmp_path / "run"
+    assert run_soak(fake, run) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["passed"] and summary["threshold"] == 4  # read from the server's spec_gate
     # A burst doubles the server's 8 running requests by default.
@@ -625,13 +722,16 @@ def test_soak_against_a_healthy_server_passes(fake: FakeSGLang, tmp_path: Path, 
     assert all(n > 0 for n in summary["exercised"].values()), summary["exercised"]
     assert summary["gate"]["delta"]["switches"] > 0
     requests = read_jsonl(run / "requests.jsonl")
-    assert len(requests) == summary["requests"]["total"] > 10
+    assert len(requests) == summary["requests"]["total"]
     assert {r["outcome"] for r in requests} == {"completed", "aborted"}
     assert set(requests[0]) >= {"id", "prompt_len", "max_new_tokens", "aborted", "tokens",
                                 "finish_reason", "latency_s", "error", "outcome"}
+    assert max(r["start_s"] for r in requests) < 1.5 <= summary["elapsed_s"]  # the load's 1.5 s, then the drain
     rows = read_jsonl(run / "samples.jsonl")
-    assert rows[0]["t"] < 0.1 and rows[-1]["in_flight"] == 0 and len(rows) >= 5
-    assert "--url" in (run / "command.txt").read_text()
+    # The baseline before any request, one every 0.25 s of the load, and one after the drain.
+    assert [row["t"] for row in rows[:-1]] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
+    assert rows[0]["outcomes"] == dict.fromkeys(soak_load.OUTCOMES, 0) and rows[0]["in_flight"] == 0
+    assert rows[-1]["in_flight"] == 0 and sum(rows[-1]["outcomes"].values()) == len(requests)
     assert "# Soak soak: PASS" in (run / "summary.md").read_text()
     out = capsys.readouterr().out
     assert "| server alive | pass |" in out
@@ -644,17 +744,15 @@ def test_a_failed_pool_check_in_the_server_log_fails_the_soak(fake: FakeSGLang, 
     monkeypatch.setattr(soak, "IDLE_CHECK_WAIT_S", 0)
     log = tmp_path / "server.log"
     log.write_text(LEAK)
-    run = soak.sweep.Run(soak.parse_args(soak_args(tmp_path / "run", fake.url, "--burst", "0")))
-    run.dir.mkdir()
-    assert soak.soak(run, fake.url, os.getpid(), proc=None, server_log=log) == 1
-    summary = json.loads((run.dir / "summary.json").read_text())
+    assert run_soak(fake, tmp_path / "run", "--burst", "0", server_log=log) == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert [c["name"] for c in summary["criteria"] if c["status"] == "fail"] == ["pools intact when idle"]
 
 
 def test_soak_fails_on_truncated_requests(fake: FakeSGLang, tmp_path: Path) -> None:
     fake.behaviour = lambda body: "short" if body["sampling_params"]["max_new_tokens"] == 24 \
         else "ok"
-    assert soak.main(soak_args(tmp_path / "run", fake.url, "--abort-fraction", "0")) == 1
+    assert run_soak(fake, tmp_path / "run", "--abort-fraction", "0") == 1
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["requests"]["truncated"] > 0 and not summary["passed"]
     assert "| no truncated requests | fail |" in (tmp_path / "run" / "summary.md").read_text()
@@ -723,37 +821,25 @@ def test_an_abort_point_on_the_last_token_completes(fake: FakeSGLang) -> None:
 
 def test_every_launched_request_is_counted_even_if_it_hangs_past_the_end(fake: FakeSGLang) -> None:
     fake.behaviour = lambda body: "stall"  # longer than the soak
-    load, results, drawn = Load(), [], []
+    drawn = []
 
     class Recorded(soak_load.Planner):
         def next(self, target: int) -> RequestPlan:
             drawn.append(super().next(target))
             return drawn[-1]
 
-    async def go():
-        async with soak_load.client_session() as session:
-            await soak_load.drive(session, fake.url, Wave(2, 4, 0.4), 0.3, Recorded(MIX, random.Random(0), "d"),
-                                  soak_start=time.monotonic(),
-                                  timeout=0.8, incremental=False, max_failures=100, load=load,
-                                  on_result=results.append)
-
-    asyncio.run(go())
+    load, results = drive(fake, Wave(2, 4, 0.4), 0.3, Recorded(MIX, random.Random(0), "d"), timeout=0.8)
     assert len(results) == len(drawn) == sum(load.counts.values())
     assert load.counts["hung"] == len(drawn) - load.counts["aborted"] - load.counts["completed"] > 0
+    # Each hung request ended at its deadline, past the soak's end.
+    assert [r.latency_s for r in results if r.hung] == [pytest.approx(0.8)] * load.counts["hung"]
 
 
 def test_hung_requests_count_towards_stopping_early(fake: FakeSGLang) -> None:
     fake.behaviour = lambda body: "stall"
-    load = Load()
-
-    async def go():
-        async with soak_load.client_session() as session:
-            await soak_load.drive(session, fake.url, Wave(2, 4, 1), 5, MIX.plans(0, "d"),
-                                  soak_start=time.monotonic(), timeout=0.2, incremental=False,
-                                  max_failures=3, load=load, on_result=lambda r: None)
-
-    asyncio.run(go())
+    load, results = drive(fake, Wave(2, 4, 1), 5, MIX.plans(0, "d"), max_failures=3, timeout=0.2)
     assert load.stopped_early and load.counts["hung"] >= 3
+    assert max(r.start_s for r in results) < 1  # it stopped within the first second of five
 
 
 def test_server_alive_needs_a_running_server_and_a_complete_probe() -> None:
@@ -770,7 +856,7 @@ def test_server_alive_needs_a_running_server_and_a_complete_probe() -> None:
 def test_the_server_process_tree_includes_its_children() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert child.pid in {p.pid for p in soak.process_tree(os.getpid())}
+        assert child.pid in {p.pid for p in memory.process_tree(os.getpid())}
     finally:
         child.kill()
         child.wait()
@@ -778,6 +864,6 @@ def test_the_server_process_tree_includes_its_children() -> None:
 
 def test_server_gpu_memory_counts_only_its_processes(monkeypatch) -> None:
     # nvidia-smi's per-process rows, stood in for: no GPU here.
-    monkeypatch.setattr(soak, "nvidia_smi", lambda query: [["1", "100"], ["2", "200"]])
-    assert soak.server_gpu_memory_mib({1}) == 100
-    assert soak.server_gpu_memory_mib({3}) is None
+    monkeypatch.setattr(memory, "nvidia_smi", lambda query: [["1", "100"], ["2", "200"]])
+    assert memory.server_gpu_memory_mib({1}) == 100
+    assert memory.server_gpu_memory_mib({3}) is None

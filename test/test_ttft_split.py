@@ -5,17 +5,15 @@ needs a GPU); its meta_info carries the stamp names of observability/req_time_st
 from __future__ import annotations
 
 import json
-import sys
-import time
+import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmark"))
-
-import ttft_split  # noqa: E402
-from threaded_server import serving  # noqa: E402
+from benchmark.analysis import ttft_split
+from benchmark.client import ttft_probe
+from threaded_server import serving
 
 # Received at 100 s; sent to the scheduler 2 ms later; queued at 100.040 for 10 ms; prefilled by
 # 100.090; the tokenizer manager had the output at 100.300.
@@ -44,7 +42,7 @@ def test_prompts_are_the_datasets_last_user_turns(tmp_path: Path) -> None:
     dataset.write_text("".join(json.dumps({"conversations": [{"role": "user", "content": f"q{i}"},
                                                              {"role": "assistant", "content": "a"}]}) + "\n"
                                for i in range(5)))
-    assert ttft_split.prompt_texts(dataset, 2) == ["q3", "q4"]
+    assert ttft_probe.prompt_texts(dataset, 2) == ["q3", "q4"]
 
 
 class Generate(BaseHTTPRequestHandler):
@@ -53,6 +51,8 @@ class Generate(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.payloads.append(payload)
+        if len(self.server.payloads) == 3:
+            self.server.three_answered.set()  # once this answer is sent: the probe's turn after it
         meta = META if self.server.stamped else {}
         body = json.dumps({"text": "x", "meta_info": meta}).encode()
         self.send_response(200)
@@ -65,24 +65,21 @@ class Generate(BaseHTTPRequestHandler):
         pass
 
 
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
+def probe_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ttft-probe"]
 
 
 @pytest.mark.parametrize("stamped", [True, False], ids=["with metrics", "without"])
 def test_the_probe_sends_one_token_requests_until_closed(stamped: bool) -> None:
     server = HTTPServer(("127.0.0.1", 0), Generate)
-    server.payloads, server.stamped = [], stamped
+    server.payloads, server.stamped, server.three_answered = [], stamped, threading.Event()
     with serving(server):
         url = f"http://127.0.0.1:{server.server_port}"
-        with ttft_split.Probe(url, ["p0", "p1"], interval_s=0.01) as probe:
-            wait_until(lambda: len(server.payloads) >= 3)
+        with ttft_probe.Probe(url, ["p0", "p1"], interval_s=0.01) as probe:
+            assert server.three_answered.wait(timeout=60)  # a bound, not a pace
+        assert probe_threads() == []  # closing the probe ended its sender: none after the level
         sent = len(server.payloads)
-        time.sleep(0.05)
-        assert len(server.payloads) == sent  # none after the level
-    assert [p["text"] for p in server.payloads[:3]] == ["p0", "p1", "p0"]
+    assert sent >= 3 and [p["text"] for p in server.payloads[:3]] == ["p0", "p1", "p0"]
     assert server.payloads[0]["sampling_params"] == {"max_new_tokens": 1, "temperature": 0.0}
     summary = probe.summary()
     if stamped:
@@ -94,15 +91,20 @@ def test_the_probe_sends_one_token_requests_until_closed(stamped: bool) -> None:
 @pytest.mark.parametrize("failure", [ConnectionRefusedError("refused"), json.JSONDecodeError("no", "", 0)],
                          ids=["refused", "not JSON"])
 def test_a_failed_probe_is_counted_and_the_level_goes_on(failure: Exception) -> None:
+    calls, two_failed = [], threading.Event()
+
     def failing(url: str, payload: dict) -> dict:
+        calls.append(payload)
+        if len(calls) == 2:
+            two_failed.set()
         raise failure
 
-    with ttft_split.Probe("http://127.0.0.1:9", ["p"], interval_s=0.01, post=failing) as probe:
-        wait_until(lambda: probe.errors >= 2)
-    assert probe.summary() == {"probes": 0, "errors": probe.errors}
+    with ttft_probe.Probe("http://127.0.0.1:9", ["p"], interval_s=0.01, post=failing) as probe:
+        assert two_failed.wait(timeout=60)  # a bound, not a pace
+    assert probe.errors >= 2 and probe.summary() == {"probes": 0, "errors": probe.errors}
 
 
 def test_a_probe_closed_before_its_first_request_has_nothing_to_say() -> None:
-    with ttft_split.Probe("http://127.0.0.1:9", ["p"], interval_s=60) as probe:
+    with ttft_probe.Probe("http://127.0.0.1:9", ["p"], interval_s=60) as probe:
         pass
     assert probe.summary() is None

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from servers import KV_PROBE_OFFSET, REPO, SHAPE, SPEC_FLAGS, Server  # first: it puts benchmark/ on sys.path
-
-from model_pair import Design, make_design  # noqa: E402
+from benchmark.pairs.design import Design, make_design
+from servers import KV_PROBE_OFFSET, REPO, SHAPE, SPEC_FLAGS, Server
 
 ACCEPT_LENGTH, SEED = 2.2, 0
 

@@ -10,14 +10,15 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmark.servers.endpoints import gate_snapshot, healthy, http_json
+from benchmark.servers.launch import stop
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmark"))
-import sweep  # noqa: E402  (the benchmark's server and /server_info helpers)
 SHAPE = os.environ.get("SPECGATE_GPU_SHAPE", "1b")
 THRESHOLD = 8
 # The KV-probe pair's draft and target read their KV caches this many tokens back
-# (model_pair.add_kv_probe): fewer than the tokens a burst keeps the gate off, more than the 10
-# steps a re-enable may take.
+# (add_kv_probe in benchmark/pairs/weights.py): fewer than the tokens a burst keeps the gate off,
+# more than the 10 steps a re-enable may take.
 KV_PROBE_OFFSET = 16
 BURST_GAP_S = 0.5
 SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
@@ -48,7 +49,7 @@ class Server:
             start_new_session=True,  # stop() signals the whole group (schedulers included)
         )
         deadline = time.monotonic() + 600
-        while not sweep.healthy(self.url):
+        while not healthy(self.url):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server {name} exited:\n{self.log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
@@ -60,14 +61,14 @@ class Server:
         return urllib.request.urlopen(self.url + path, timeout=60).read().decode()
 
     def generate(self, input_ids: list[int], **sampling) -> dict:
-        return sweep.http_json(self.url + "/generate",
+        return http_json(self.url + "/generate",
                                {"input_ids": input_ids, "sampling_params": sampling}, timeout=600)
 
     def gate_state(self) -> dict | None:
-        return sweep.gate_snapshot(self.url)
+        return gate_snapshot(self.url)
 
     def stop(self) -> None:
-        sweep.stop(self.proc, self.url)  # whole process group, then waits for the port
+        stop(self.proc, self.url)  # whole process group, then waits for the port
 
 
 def ramping_load(server: Server, prompts: list[list[int]], long_tokens: int, short_tokens: int,

@@ -1,9 +1,10 @@
 """The gate on a real GPU through real SGLang (short forms of the issue-3 acceptance checks).
 
 Greedy decoding on the generated pair is exact (its logits are separated by ~sqrt(hidden)) and
-known in advance (the pair's walk, model_pair.Design.continuation), so plain, always-on, gated
-and TP=2 gated servers must each emit it token for token, hence agree with each other; the load
-ramps across the threshold while long requests are running, so their lifetimes span gate switches.
+known in advance (the pair's walk, Design.continuation in benchmark/pairs/design.py), so plain,
+always-on, gated and TP=2 gated servers must each emit it token for token, hence agree with each
+other; the load ramps across the threshold while long requests are running, so their lifetimes
+span gate switches.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from servers import ATTENTION_BACKEND, KV_PROBE_OFFSET, THRESHOLD, ramping_load  # first: it puts benchmark/ on sys.path
+from benchmark.servers.endpoints import http_json
+from benchmark.servers.launch import wait_for
+from servers import ATTENTION_BACKEND, KV_PROBE_OFFSET, THRESHOLD, ramping_load
 from sglang_specgate.args import host_seq_lens_enabled
 from sglang_specgate.reenable import WINDOW_STEPS
-
-import sweep  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -138,7 +139,7 @@ def test_gate_switched_during_the_run(gated_greedy, gated):
 
 def walk_prompts(design, seed: int = 2) -> list[list[int]]:
     """Prompts along the pair's walk, at least KV_PROBE_OFFSET + 1 tokens: the KV probe's heads
-    cancel only where the context follows the walk (model_pair.add_kv_probe)."""
+    cancel only where the context follows the walk (benchmark/pairs/weights.py, add_kv_probe)."""
     rng = random.Random(seed)
     starts = [int(design.walk_tokens[rng.randrange(len(design.walk_tokens))]) for _ in range(N_PROMPTS)]
     return [[t] + design.continuation(t, rng.randrange(KV_PROBE_OFFSET, 200)) for t in starts]
@@ -217,7 +218,7 @@ def test_prompts_prefilled_while_off_leave_a_warm_draft_kv_cache(start_server, p
         with ThreadPoolExecutor(max_workers=len(holders)) as pool:
             held = [pool.submit(server.generate, p, max_new_tokens=HOLD_TOKENS, **greedy) for p in holders]
             # Polled often: the holders keep the gate off for only a few seconds.
-            assert sweep.wait_for(lambda: not server.gate_state()["active"], timeout=30, poll_s=0.01), \
+            assert wait_for(lambda: not server.gate_state()["active"], timeout=30, poll_s=0.01), \
                 "the gate never turned off"
             before = server.gate_state()["deferred_draft_kv"]["prompt_rows"]
             for p in probes:
@@ -247,7 +248,7 @@ def test_logprob_requests_while_off(gated, design):
 
     def request(prompt: list[int]) -> dict:
         sampling = {"max_new_tokens": SHORT_TOKENS, "temperature": 0.0, "ignore_eos": True}
-        return sweep.http_json(gated.url + "/generate", {"input_ids": prompt, "return_logprob": True,
+        return http_json(gated.url + "/generate", {"input_ids": prompt, "return_logprob": True,
                                                           "sampling_params": sampling}, timeout=600)
 
     with ThreadPoolExecutor(max_workers=len(load)) as pool:

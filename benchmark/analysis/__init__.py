@@ -1,0 +1,1 @@
+"""Tables, verdicts and profiles from what a run wrote: rows, logs, traces, samples."""

@@ -1,0 +1,1 @@
+"""Start, stop and ask SGLang servers; the host they run on; where a run records them."""
