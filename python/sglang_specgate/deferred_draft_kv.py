@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 ONE_TOKEN = 1  # each buffered row is a one-token draft extend
 PADDING_SLOT = 0  # SGLang's KV slot for padded rows' writes (memory_pool.py), never allocated
 # Profiler spans of the buffer's host work, inside upstream's ``draft_extend`` span, so a trace
-# (benchmark/kernel_profile.py host_time) tells buffering from writing; a shared no-op unless a
+# (benchmark/analysis/kernel_profile.py host_time) tells buffering from writing; a shared no-op unless a
 # torch profiler is recording.
 BUFFER_STEP_SPAN = "spec_gate.buffer_step_rows"
 BUFFER_PROMPT_SPAN = "spec_gate.buffer_prompt_rows"
