@@ -224,12 +224,51 @@ def test_draft_accept_length(pairs, walk_run, accept_length):
     assert simulate_serving(good, walk_next) == pytest.approx(accept_length, rel=0.05)
 
 
+def test_domains_are_cycles_of_their_own_accept_length():
+    design = make_design("tiny", (3.2, 1.3), SEED)
+    assert design.domain_accept_lengths == (3.2, 1.3)
+    walk = set(design.walk_tokens.tolist())
+    assert set(design.domain_tokens(0)) | set(design.domain_tokens(1)) == walk
+    assert not set(design.domain_tokens(0)) & set(design.domain_tokens(1))
+    for d, a in enumerate((3.2, 1.3)):
+        members = (design.domain == d).nonzero()[:, 0]
+        assert len(members) == D // 2
+        assert torch.all(design.domain[design.nxt[members]] == d)  # the walk never leaves its domain
+        assert mean_accept_length(design.good, design.nxt, starts=members) == pytest.approx(a, rel=0.02)
+        assert simulate_serving(design.good, design.nxt, starts=members) == pytest.approx(a, rel=0.05)
+        # A request whose prompt ends in the domain is continued in it, whatever came before.
+        assert set(design.continuation(design.domain_tokens(d)[0], 3 * D)) == set(design.domain_tokens(d))
+
+
+def test_a_domain_pairs_target_follows_each_domains_cycle(tmp_path):
+    from transformers import LlamaForCausalLM
+
+    summary = mp.main([str(tmp_path), "--shape", "tiny", "--accept-length", "3.2,1.3", "--seed", str(SEED),
+                       "--device", "cpu"])
+    domains = json.loads((tmp_path / "design.json").read_text())["domains"]
+    assert summary["domains"] == domains and [x["accept_length"] for x in domains] == [3.2, 1.3]
+    assert [x["size"] for x in domains] == [D // 2, D // 2]
+    model = LlamaForCausalLM.from_pretrained(tmp_path / "target", dtype=torch.bfloat16)
+    walk, start = summary["walk"], 0  # each domain's cycle in turn
+    for domain in domains:
+        cycle = torch.tensor(walk[start:start + domain["size"]])
+        start += domain["size"]
+        assert set(cycle.tolist()) == set(domain["tokens"])
+        seq = torch.cat([cycle, cycle[:1]])
+        with torch.no_grad():
+            predicted = model(seq[None]).logits[0].argmax(dim=-1)
+        assert torch.equal(predicted[:-1], seq[1:])  # every step to the next token of its own cycle
+
+
 PROBE_OFFSET = 16
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--accept-length", "9"], "--accept-length must be in [1, 4], got 9.0"),
     (["--accept-length", "2.2", "--kv-probe-offset", "-3"], "--kv-probe-offset must be in [0, 8192), got -3"),
+    (["--accept-length", "3.2,x"], "accept lengths separated by commas, such as 3.2,1.3; got '3.2,x'"),
+    (["--accept-length", "3.2,1.3,2,2,2"], "--accept-length takes 1 to 4 domains for tiny, got 5"),
+    (["--accept-length", "3.2,0.5"], "--accept-length must be in [1, 4], got 0.5"),
 ])
 def test_out_of_range_flags_are_usage_errors(tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as exit_info:

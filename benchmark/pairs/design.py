@@ -1,6 +1,10 @@
 """The pair's design: a walk through ``hidden_size`` tokens that is the target's language, the
 "good" coordinates where the draft proposes the right next token, and the accept length they
-give, drawn from a seed on the CPU so that every device builds the same pair."""
+give, drawn from a seed on the CPU so that every device builds the same pair.
+
+With several accept lengths the walk is cut into as many domains, each a cycle of its own with
+its own accept length: a request stays in the domain of its prompt's last token, so a workload
+can shift between an easy and a hard domain for the draft on one server."""
 
 from __future__ import annotations
 
@@ -40,9 +44,12 @@ def solve_q(accept_length: float, steps: int = NUM_STEPS) -> float:
     return (lo + hi) / 2
 
 
-def mean_accept_length(good: torch.Tensor, nxt: torch.Tensor, steps: int = NUM_STEPS) -> float:
-    """Accept length averaged over every coordinate as the start of a draft chain."""
-    at, run, total = torch.arange(len(nxt)), torch.ones(len(nxt), dtype=torch.bool), 1.0
+def mean_accept_length(good: torch.Tensor, nxt: torch.Tensor, steps: int = NUM_STEPS,
+                       starts: torch.Tensor | None = None) -> float:
+    """Accept length averaged over ``starts`` (default: every coordinate) as the start of a draft
+    chain."""
+    at = torch.arange(len(nxt)) if starts is None else starts
+    run, total = torch.ones(len(at), dtype=torch.bool), 1.0
     for _ in range(steps):
         run &= good[at]
         total += run.double().mean().item()
@@ -51,12 +58,13 @@ def mean_accept_length(good: torch.Tensor, nxt: torch.Tensor, steps: int = NUM_S
 
 
 def simulate_serving(good: torch.Tensor, nxt: torch.Tensor, output_len: int = 256,
-                     steps: int = NUM_STEPS) -> float:
+                     steps: int = NUM_STEPS, starts: torch.Tensor | None = None) -> float:
     """What SGLang reports: sum of (correct drafts + 1) over all verifies / number of verifies
-    (managers/scheduler_components/metrics_reporter.py:364-365), one request per start coordinate.
-    The prefill gives the first token; each verify then moves the walk by accepted + 1."""
-    at = torch.arange(len(nxt))
-    made = torch.ones(len(nxt), dtype=torch.long)
+    (managers/scheduler_components/metrics_reporter.py:364-365), one request per start coordinate
+    (default: every one). The prefill gives the first token; each verify then moves the walk by
+    accepted + 1."""
+    at = torch.arange(len(nxt)) if starts is None else starts.clone()
+    made = torch.ones(len(at), dtype=torch.long)
     tokens = verifies = 0
     while (live := made < output_len).any():
         run, accepted, p = live.clone(), torch.zeros_like(made), at.clone()
@@ -81,7 +89,10 @@ class Design:
     coord: torch.Tensor  # [VOCAB] coordinate of every token
     nxt: torch.Tensor  # [n] the cycle: the token after coordinate c is walk_tokens[nxt[c]]
     good: torch.Tensor  # [n] the draft proposes walk_tokens[nxt[c]] right after coordinate c
-    kv_probe_offset: int = 0  # > 0: draft and target outputs need their KV entry that many tokens back
+    kv_probe_offset: int  # > 0: draft and target outputs need their KV entry that many tokens back
+    # Each domain's accept length, and each coordinate's domain (its own cycle of nxt).
+    domain_accept_lengths: tuple[float, ...]
+    domain: torch.Tensor  # [n]
 
     @property
     def dims(self) -> dict:
@@ -98,12 +109,25 @@ class Design:
             out.append(int(self.walk_tokens[c]))
         return out
 
+    def domain_tokens(self, domain: int) -> list[int]:
+        """The walk's tokens in ``domain``: a prompt ending in one is continued in that domain."""
+        return [int(t) for t in self.walk_tokens[self.domain == domain]]
+
     def summary(self) -> dict:
         n = len(self.nxt)
-        order, c = [], 0
-        for _ in range(n):  # the walk in cycle order, starting from coordinate 0
-            order.append(int(self.walk_tokens[c]))
-            c = int(self.nxt[c])
+        order = []
+        for d in range(len(self.domain_accept_lengths)):  # each domain's cycle, from its first coordinate
+            start = c = int((self.domain == d).nonzero()[0])
+            while True:
+                order.append(int(self.walk_tokens[c]))
+                c = int(self.nxt[c])
+                if c == start:
+                    break
+        starts = [(self.domain == d).nonzero()[:, 0] for d in range(len(self.domain_accept_lengths))]
+        domains = [{"accept_length": a, "size": len(starts[d]), "tokens": self.domain_tokens(d),
+                    "mean_accept_length": mean_accept_length(self.good, self.nxt, starts=starts[d]),
+                    "simulated_serving_accept_length": simulate_serving(self.good, self.nxt, starts=starts[d])}
+                   for d, a in enumerate(self.domain_accept_lengths)] if len(starts) > 1 else []
         return {
             "shape": self.shape, "seed": self.seed, "num_steps": NUM_STEPS,
             "accept_length": self.accept_length, "q": solve_q(self.accept_length),
@@ -113,28 +137,56 @@ class Design:
             "simulated_serving_accept_length": simulate_serving(self.good, self.nxt),
             "kv_probe_offset": self.kv_probe_offset, "walk_size": n, "walk": order,
             "good_tokens": sorted(int(t) for t in self.walk_tokens[self.good]),
+            "domains": domains,
         }
 
 
-def make_design(shape: str, accept_length: float, seed: int, kv_probe_offset: int = 0) -> Design:
-    if not 1.0 <= accept_length <= NUM_STEPS + 1:
-        raise ValueError(f"--accept-length must be in [1, {NUM_STEPS + 1}], got {accept_length}")
+def make_design(shape: str, accept_length: float | tuple[float, ...], seed: int,
+                kv_probe_offset: int = 0) -> Design:
+    """``accept_length``: one, or one per domain (the walk cut into that many cycles)."""
+    accept_lengths = tuple(accept_length) if isinstance(accept_length, (tuple, list)) else (accept_length,)
+    for a in accept_lengths:
+        if not 1.0 <= a <= NUM_STEPS + 1:
+            raise ValueError(f"--accept-length must be in [1, {NUM_STEPS + 1}], got {a}")
     if not 0 <= kv_probe_offset < MAX_POSITIONS:
         raise ValueError(f"--kv-probe-offset must be in [0, {MAX_POSITIONS}), got {kv_probe_offset}")
     n = SHAPES[shape]["hidden_size"]
+    domains = len(accept_lengths)
+    if not 1 <= domains <= n // 64:
+        raise ValueError(f"--accept-length takes 1 to {n // 64} domains for {shape}, got {domains}")
     g = torch.Generator().manual_seed(seed)
     walk_tokens = NUM_SPECIAL + torch.randperm(VOCAB - NUM_SPECIAL, generator=g)[:n]
     coord = torch.randint(0, n, (VOCAB,), generator=g)
     coord[walk_tokens] = torch.arange(n)
     cycle = torch.randperm(n, generator=g)
+    # The cycle cut into consecutive segments, each closed on itself: one domain each (one
+    # domain: the whole cycle, as the pair was before domains).
     nxt = torch.empty(n, dtype=torch.long)
-    nxt[cycle] = cycle.roll(-1)
-    # One uniform per coordinate; the k smallest are good. The same seed then gives nested good
-    # sets across accept lengths, and mean_accept_length grows with k, so bisect k to hit A.
+    domain = torch.empty(n, dtype=torch.long)
+    for d, segment in enumerate(cycle.tensor_split(domains)):
+        nxt[segment] = segment.roll(-1)
+        domain[segment] = d
     rank = torch.rand(n, generator=g).argsort().argsort()
-    lo, hi = 0, n
+    good = torch.zeros(n, dtype=torch.bool)
+    for d, a in enumerate(accept_lengths):
+        members = (domain == d).nonzero()[:, 0]
+        good[members] = _good_set(rank[members].argsort().argsort(), nxt, members, a)  # ranks within the domain
+    overall = accept_lengths[0] if domains == 1 else mean_accept_length(good, nxt)
+    return Design(shape, seed, overall, walk_tokens, coord, nxt, good, kv_probe_offset, accept_lengths, domain)
+
+
+def _good_set(rank: torch.Tensor, nxt: torch.Tensor, members: torch.Tensor, accept_length: float) -> torch.Tensor:
+    """Which of ``members`` are good: one uniform per coordinate (its ``rank``), the k smallest
+    good. The same seed then gives nested good sets across accept lengths, and the domain's mean
+    accept length grows with k, so bisect k to hit ``accept_length``."""
+    def accept(k: int) -> float:
+        good = torch.zeros(len(nxt), dtype=torch.bool)
+        good[members] = rank < k
+        return mean_accept_length(good, nxt, starts=members)
+
+    lo, hi = 0, len(members)
     while lo < hi:
         k = (lo + hi) // 2
-        lo, hi = (k + 1, hi) if mean_accept_length(rank < k, nxt) < accept_length else (lo, k)
-    k = min((max(lo - 1, 0), lo), key=lambda k: abs(mean_accept_length(rank < k, nxt) - accept_length))
-    return Design(shape, seed, accept_length, walk_tokens, coord, nxt, rank < k, kv_probe_offset)
+        lo, hi = (k + 1, hi) if accept(k) < accept_length else (lo, k)
+    k = min((max(lo - 1, 0), lo), key=lambda k: abs(accept(k) - accept_length))
+    return rank < k

@@ -1,6 +1,6 @@
 """Make a Llama target + EAGLE-3 draft pair whose greedy agreement is set by one number.
 
-    python benchmark/model_pair.py DIR --shape {8b,1b,tiny} --accept-length A --seed N [--device cuda|cpu]
+    python benchmark/model_pair.py DIR --shape {8b,1b,tiny} --accept-length A[,A2,...] --seed N [--device cuda|cpu]
 
 writes DIR/target (LlamaForCausalLM), DIR/draft (LlamaForCausalLMEagle3) and DIR/design.json. SGLang
 loads them unchanged (--model-path DIR/target --speculative-draft-model-path DIR/draft
@@ -138,10 +138,11 @@ def write_model(out: str, shards: Iterator[dict[str, torch.Tensor]], num_shards:
 
 def write_pair(root: str, design: Design, device: str) -> dict:
     target_cfg, draft_cfg = model_configs(design.shape)
-    # The target depends on shape, seed and KV probe only: a sweep over accept lengths rewrites
+    # The target depends on shape, seed, KV probe and domains only: a sweep over accept lengths rewrites
     # the draft.
     target_cfg["model_pair"] = {"shape": design.shape, "seed": design.seed,
-                                "kv_probe_offset": design.kv_probe_offset, "format": FORMAT_VERSION}
+                                "kv_probe_offset": design.kv_probe_offset,
+                                "domains": len(design.domain_accept_lengths), "format": FORMAT_VERSION}
     tdir, ddir = f"{root}/target", f"{root}/draft"
     t0 = time.perf_counter()
     try:
@@ -166,13 +167,23 @@ def write_pair(root: str, design: Design, device: str) -> dict:
     return summary
 
 
+def accept_lengths(text: str) -> tuple[float, ...]:
+    """argparse type: one accept length, or one per domain separated by commas."""
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"accept lengths separated by commas, such as 3.2,1.3; got {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="writes DIR/target, DIR/draft and DIR/design.json")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="8b")
-    ap.add_argument("--accept-length", type=float, required=True,
+    ap.add_argument("--accept-length", type=accept_lengths, required=True,
                     help=f"designed SGLang accept length for {NUM_STEPS} steps, topk 1, "
-                         f"in [1, {NUM_STEPS + 1}]")
+                         f"in [1, {NUM_STEPS + 1}]; several, comma-separated (3.2,1.3): the walk "
+                         "cut into that many domains, each with its own (design.json lists each "
+                         "domain's tokens: a prompt ending in one stays in its domain)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kv-probe-offset", type=int, default=0, metavar="D",
                     help="make the draft's proposals and the target's output need their own KV "
@@ -190,8 +201,10 @@ def main(argv: list[str] | None = None) -> dict:
     except ValueError as e:
         ap.error(str(e))
     s = write_pair(args.dir, design, args.device)
-    print(f"design: accept length {s['mean_accept_length']:.3f} over all starts "
-          f"(asked {args.accept_length}, q={s['q']:.3f}, good {s['good_fraction']:.3f}), "
+    domains = "".join(f"; domain {d}: {x['mean_accept_length']:.3f} (asked {x['accept_length']})"
+                      for d, x in enumerate(s["domains"]))
+    print(f"design: accept length {s['mean_accept_length']:.3f} over all starts{domains} "
+          f"(asked {','.join(map(str, args.accept_length))}, q={s['q']:.3f}, good {s['good_fraction']:.3f}), "
           f"simulated serving {s['simulated_serving_accept_length']:.3f}; "
           f"walk of {s['walk_size']} tokens; {time.perf_counter() - t0:.1f} s in all")
     return s
