@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from threaded_server import serving
+from threaded_server import JSONHandler, serving
 
 from benchmark.client import commands, prompts, serving_session, sweep
 from benchmark.pairs import model_pair
@@ -33,19 +33,8 @@ class FakeServing(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JSONHandler):
     server: FakeServing
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def reply(self, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:
         if self.path == "/v1/models":

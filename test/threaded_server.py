@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import contextmanager
-from http.server import HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Iterator, TypeVar
 
 Server = TypeVar("Server", bound=HTTPServer)
@@ -19,3 +20,18 @@ def serving(server: Server) -> Iterator[Server]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    """A stand-in server's handler: quiet, and replying JSON."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def reply(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

@@ -356,10 +356,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    run = Run(args)
-    if not args.dry_run:
-        run.logs.mkdir(parents=True, exist_ok=True)
-    run.note_invocation(argv)
+    run = Run.begin(args, argv)
     if args.url:
         return soak(run, args.url, args.server_pid or listening_pid(args.url), proc=None,
                     server_log=None)

@@ -2,7 +2,9 @@
 
 ``plain`` decodes without speculation; ``spec`` runs EAGLE chain drafting always; ``upstream-gate``
 is upstream's own hard gate (``--speculative-adaptive``) and ``gate`` this plugin's, each once per
-threshold N. Every server gets the same batch range, so that only the decoding differs.
+threshold N; ``gate-auto`` is this plugin's gate choosing its draft steps itself, and
+``upstream-adaptive`` upstream's ``--speculative-adaptive`` with its defaults. Every server gets the
+same batch range, so that only the decoding differs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate")
+CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate", "gate-auto", "upstream-adaptive")
 GATE_KINDS = ("upstream-gate", "gate")
 
 # --interleave: the servers share the GPU, all of them together this fraction of its memory
@@ -89,6 +91,11 @@ def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
                     f"gate-{n}",
                     (*spec.flags(), "--speculative-disable-batch-threshold", str(n)),
                 ))
+        elif kind == "gate-auto":
+            configs.append(ServerConfig("gate-auto", (*spec.flags(), "--speculative-disable-batch-threshold", "auto")))
+        elif kind == "upstream-adaptive":
+            # Upstream's acceptance-driven step choice with its default slots (adaptive_spec_params.py).
+            configs.append(ServerConfig("upstream-adaptive", (*spec.flags(), "--speculative-adaptive")))
         else:
             raise ValueError(f"unknown configuration {kind!r}; choose from {CONFIG_KINDS}")
     return configs

@@ -34,6 +34,15 @@ class Run:
         # them (soak.py, --cpu-profile-level).
         self.server_procs: dict[str, subprocess.Popen] = {}
 
+    @classmethod
+    def begin(cls, args: argparse.Namespace, argv: list[str]) -> "Run":
+        """A script's run: its logs folder made (not in a dry run) and its invocation noted."""
+        run = cls(args)
+        if not args.dry_run:
+            run.logs.mkdir(parents=True, exist_ok=True)
+        run.note_invocation(argv)
+        return run
+
     def note_invocation(self, argv: list[str]) -> None:
         """When, where and how the script was started: the head of command.txt."""
         self.note(f"# {datetime.datetime.now().isoformat(timespec='seconds')} in {os.getcwd()}")

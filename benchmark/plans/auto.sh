@@ -1,0 +1,39 @@
+# The auto gate (--speculative-disable-batch-threshold auto, issue 60), one part a session
+# (AUTO_PART), each within a session's 30 device minutes; nothing of it has run on a GPU yet.
+# - smoke (about 8 minutes of plan): the GPU test of the auto gate alone, on Triton's 1B pair
+#   (calibration on real graphs, greedy outputs on the design, the chosen k exported), then its
+#   server log's "spec gate" lines (the measured cost table, the states' build time and memory):
+#   AUTO_PART=smoke bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
+# - sweep (about 25 minutes): the 8B pair at AUTO_ACCEPT (default 2.2; then 3.2 and 1.3, a
+#   session each), plain, always-on, the gate at AUTO_N (default 9, the crossover at 2.2) and
+#   the auto gate with every server resident, C = 1..128, AUTO_REPEATS (default 3) runs a level:
+#   AUTO_PART=sweep AUTO_ACCEPT=2.2 AUTO_N=9 bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
+# - shift (about 25 minutes): the 8B pair with two domains (accept 3.2 and 1.3), the shift
+#   scenario (four 30 s phases a round, C stepping 4, 64, 16, 32 every 15 s, two rounds) on the
+#   auto gate, upstream's --speculative-adaptive and the fixed N of each domain's crossover and
+#   between (AUTO_SHIFT_N, default 1,9,31), one server at a time; results in a folder whose name
+#   holds "shift":
+#   AUTO_PART=shift bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
+backend=${AUTO_BACKEND:-triton}
+server_flags=(--attention-backend "$backend" --sampling-backend pytorch --grammar-backend none)
+case ${AUTO_PART:-smoke} in
+  smoke)
+    SPECGATE_GPU_BURSTS=3 phase tests gpu_tests "$backend" 1b auto_gate ;;
+  sweep)
+    accept=${AUTO_ACCEPT:-2.2}
+    phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length "$accept" --seed 0 --device cuda
+    phase "sweep-$accept" python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/auto-sweep-8b-$accept" \
+      --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds "${AUTO_N:-9}" \
+      --configs plain,spec,gate,gate-auto --scenarios closed --concurrency 1,2,4,8,16,32,64,128 \
+      --repeat-levels "${AUTO_REPEATS:-3}" --output-len 256 -- "${server_flags[@]}"
+    keep_lines "$RESULTS/auto-sweep-8b-$accept/logs" ;;
+  shift)
+    phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
+    phase shift python3 -m benchmark.client.shift --run-dir "$RESULTS/shift-8b-3.2-1.3" \
+      --model-path /tmp/p8d/target --draft-model-path /tmp/p8d/draft --design /tmp/p8d/design.json \
+      --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-1,9,31}" \
+      --phases 4 --phase-s 30 --concurrency 4,64,16,32 --concurrency-s 15 --rounds 2 \
+      -- "${server_flags[@]}"
+    keep_lines "$RESULTS/shift-8b-3.2-1.3/logs" ;;
+  *) log "unknown AUTO_PART ${AUTO_PART}: smoke, sweep or shift" ;;
+esac
