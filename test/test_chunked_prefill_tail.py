@@ -20,6 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fresh_process import run_python
 from sglang_specgate.chunked_prefill_tail import tail_tokens
 
+pytestmark = pytest.mark.fast_off_path
+
 
 def sglang_tail_tokens(batch, next_token_ids):
     # Unwrapped at each call: a module global holding the original would itself be rebound to

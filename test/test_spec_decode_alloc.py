@@ -12,12 +12,15 @@ from __future__ import annotations
 import inspect
 from types import SimpleNamespace
 
+import pytest
 import torch
 from sglang.srt.mem_cache import allocation
 
 from fresh_process import run_python
 from sglang_specgate.spec_decode_alloc import alloc_with_host_lengths
 from test_chunked_prefill_tail import RecordedOps
+
+pytestmark = pytest.mark.fast_off_path
 
 ALLOCATED = [5, 40, 12, 33]  # each request's kv_allocated_len before the step
 NEXT = [13, 36, 20, 41]  # the lengths eagle_prepare_for_decode asks for (one below: max keeps 40)

@@ -25,6 +25,9 @@ step instead of the one-token verify was measured no faster, on Triton at C = 12
 (2026-12-02-offcost-8b-2.2-c128-three-way) and on FlashInfer at C = 64, where the off step's host
 time binds (2026-12-04-flashinfer-c64-off-step-ab: 12 % fewer host calls a step, throughput and
 each prefill's cost unchanged), and removed.
+
+On a release where that fast off path has not run on a GPU (sglang_versions.FAST_OFF_PATH_RELEASES),
+none of it is used: plain steps run upstream's own steps-0 state, driven by the same policy.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from sglang.srt.environ import envs
 from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, speculative_moe_backend_context
 from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
 from sglang.srt.runtime_context import get_context
-from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
@@ -53,7 +55,8 @@ from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.reenable import ReenableAcceptance
 from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, TARGET_BACKEND_FACTORY,
-                                             assign, shadowed)
+                                             assign, shadowed, unresolved_names)
+from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed, installed_release
 from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream_switch_line
 
 logger = logging.getLogger(__name__)
@@ -66,7 +69,7 @@ GRAPH_WIDTH_OVERRIDE = "spec_gate.one_token_draft_extend_graph"  # provenance in
 
 def select_worker_class(worker_cls, algorithm, server_args):
     """AFTER hook on ``SpeculativeAlgorithm.create_worker``."""
-    threshold = getattr(server_args, "speculative_disable_batch_threshold", None)
+    threshold = getattr(installed().resolved(server_args), "speculative_disable_batch_threshold", None)
     if not threshold:
         return worker_cls
     if worker_cls is not EAGLEWorkerV2:
@@ -130,47 +133,66 @@ class GatePolicyParams:
         return None  # capture every decode graph size for both states
 
 
-class GateController(AdaptiveController):
-    def __init__(self, worker, params: GatePolicyParams):
-        super().__init__(worker)  # builds upstream's default EMA params, replaced here
-        self.params = params
+def fast_off_path_blocker() -> str | None:
+    """Why this SGLang runs the gate's off steps through upstream's own steps-0 state instead of
+    the fast off path, or None. Correctness first: the fast off path changes how upstream builds
+    and runs that state, so it runs only on a release where it passed the GPU suite, and only
+    while every name it changes on SGLang's objects resolves there (runtime_patches)."""
+    release = installed_release()
+    if release not in FAST_OFF_PATH_RELEASES:
+        return (f"not verified on a GPU with SGLang {release} (verified: {', '.join(FAST_OFF_PATH_RELEASES)})")
+    missing = unresolved_names(release)
+    return f"SGLang lacks {'; '.join(missing)}" if missing else None
 
 
 class GatedEAGLEWorkerV2(EAGLEWorkerV2):
+    # Why the fast off path is off (fast_off_path_blocker()), or None; set in __init__.
+    fast_off_path_blocker: str | None = None
+
     def __init__(self, server_args, *args, **kwargs):
         super().__init__(server_args, *args, **kwargs)
         self.gate = SpecGatePolicy(server_args.gate_config())
         self.gate_params = GatePolicyParams(self.gate, self.speculative_num_steps)
         # Set before the scheduler calls init_cuda_graphs, which registers the speculative
         # state and builds the steps-0 state through build_adaptive_runtime_state.
-        self.adaptive_controller = GateController(self, self.gate_params)
+        self.adaptive_controller = installed().adaptive_controller(self, self.gate_params)
         mute_upstream_switch_line()  # the gate logs its switches itself, rate-limited
-        self.fast_off_path = None  # known once the steps-0 state is built
+        self.fast_off_path_blocker = fast_off_path_blocker()
+        # Known once the steps-0 state is built, unless the fast off path is off from the start.
+        self.fast_off_path = None if self.fast_off_path_blocker is None else False
         self.off_draft_extend = None  # kv_only_draft's FULL, KV_ONLY or KV_STORE, known then too
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
         self.deferred_draft_kv: DeferredDraftKV | None = None  # set when the steps-0 state is built
         self.deferral_blocker: str | None = None  # why plain steps extend the draft every step
-        self.plain_step_constants = PlainStepConstants(
-            self.device, self.topk, *get_draft_recurrent_hidden_state_spec(self.draft_worker.draft_runner))
-        # Instance attributes: upstream's decode path calls the draft worker's methods by name.
-        self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
-        self._draft_extend_whole_prompt = self._draft_worker._draft_extend_for_prefill
-        assign(DRAFT_EXTEND_ROUTING, self._draft_worker, _draft_extend_for_decode=self._draft_extend_for_decode,
-               _draft_extend_for_prefill=self._draft_extend_for_prefill)
+        if self.fast_off_path_blocker is None:
+            self.plain_step_constants = PlainStepConstants(
+                self.device, self.topk, *get_draft_recurrent_hidden_state_spec(self.draft_worker.draft_runner))
+            # Instance attributes: upstream's decode path calls the draft worker's methods by name.
+            self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
+            self._draft_extend_whole_prompt = self._draft_worker._draft_extend_for_prefill
+            assign(DRAFT_EXTEND_ROUTING, self._draft_worker, _draft_extend_for_decode=self._draft_extend_for_decode,
+                   _draft_extend_for_prefill=self._draft_extend_for_prefill)
         logger.info(
             "spec gate active: speculate (%d steps) while decode batch <= %d; resume "
-            "after %d steps <= %d",
+            "after %d steps <= %d; SGLang %s, verified on a GPU: %s",
             self.speculative_num_steps,
             self.gate.config.threshold,
             self.gate.config.dwell_steps,
             self.gate.config.reenable_threshold,
+            installed_release(),
+            "yes" if installed_release() in FAST_OFF_PATH_RELEASES else
+            "no (its CPU suite passes; off steps run upstream's steps-0 state)",
         )
+        if self.fast_off_path_blocker:
+            logger.warning("spec gate: fast off path off, %s: off steps run upstream's steps-0 state",
+                           self.fast_off_path_blocker)
 
     def gate_state(self) -> dict:
         """What /server_info shows under internal_states[i].spec_gate."""
         return {
             **self.gate.snapshot(),
             "fast_off_path": self.fast_off_path,
+            "fast_off_path_blocker": self.fast_off_path_blocker,
             "off_draft_extend": "skipped" if self.skips_off_draft_extend else self.off_draft_extend,
             "deferred_draft_kv": self.deferred_draft_kv.snapshot() if self.deferred_draft_kv else None,
             "reenable_acceptance": self.gate_params.reenable_acceptance.snapshot(),
@@ -180,7 +202,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
     def build_adaptive_runtime_state(
         self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None
     ):
-        if speculative_num_steps != PLAIN_STEPS:
+        if speculative_num_steps != PLAIN_STEPS or self.fast_off_path_blocker:
             return super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
@@ -211,7 +233,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         # outside the worker (eagle_disaggregation.py:75), which the mirror would miss: it keeps
         # upstream's copy.
         if (
-            host_seq_lens_enabled()
+            self.fast_off_path_blocker is None
+            and host_seq_lens_enabled()
             and self.server_args.disaggregation_mode == "null"
             and decide_needs_cpu_seq_lens(self.server_args, self.spec_v2_attn_backends)
         ):
@@ -277,6 +300,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
     def _build_trivial_verify_input(self, batch):
         """Upstream's one-node verify input for a plain step, its tree and mask constants
         (plain_step_constants.py) where the target's backend keeps no verify mask of its own."""
+        if self.fast_off_path_blocker:
+            return super()._build_trivial_verify_input(batch)
         attn_backend = self._target_worker.model_runner.attn_backend
         if batch.forward_mode.is_idle() or attn_backend.verify_mask is not None:
             return super()._build_trivial_verify_input(batch)
@@ -292,6 +317,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
 
     def _stub_skipped_draft_extend(self, batch, batch_output) -> None:
         """Upstream's stand-ins for the draft outputs a plain step leaves unset, as constants."""
+        if self.fast_off_path_blocker:
+            return super()._stub_skipped_draft_extend(batch, batch_output)
         self.plain_step_constants.stub_draft_outputs(batch_output.next_draft_input, batch.seq_lens.shape[0])
 
     def _write_deferred_draft_kv(self) -> None:
