@@ -74,6 +74,9 @@ EXPECTED_HOOKS = {
     "0.5.23": {
         **_EVERY_RELEASE,
         "sglang.srt.arg_groups.speculative_hook.handle_speculative_decoding": "RESOLUTION",
+        "sglang.srt.managers.scheduler.Scheduler.get_internal_state": "AFTER",
+        "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter.report_decode_stats":
+            "AFTER",
     },
 }
 

@@ -20,8 +20,6 @@ from fresh_process import run_python
 from sglang_specgate.spec_decode_alloc import alloc_with_host_lengths
 from test_chunked_prefill_tail import RecordedOps
 
-pytestmark = pytest.mark.fast_off_path
-
 ALLOCATED = [5, 40, 12, 33]  # each request's kv_allocated_len before the step
 NEXT = [13, 36, 20, 41]  # the lengths eagle_prepare_for_decode asks for (one below: max keeps 40)
 
@@ -51,6 +49,7 @@ def allocated(reqs):
     return [r.kv.kv_allocated_len for r in reqs]
 
 
+@pytest.mark.fast_off_path
 def test_sglangs_loop_indexes_the_tensor_per_request():
     reqs = requests()
     with RecordedOps() as recorded:
@@ -61,6 +60,7 @@ def test_sglangs_loop_indexes_the_tensor_per_request():
     assert recorded.ops.count("aten.select.int") == len(reqs)
 
 
+@pytest.mark.fast_off_path
 def test_the_hook_records_the_same_lengths_with_no_tensor_op_per_request():
     reqs = requests()
     with RecordedOps() as recorded:

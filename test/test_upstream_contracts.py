@@ -14,6 +14,7 @@ import pkgutil
 import pytest
 import torch
 
+from sglang_specgate.runtime_patches import DECLARED_FIELD, SET_IN_A_METHOD, unresolved_names
 from sglang_specgate.sglang_versions import SUPPORTED_SGLANG_VERSIONS, installed_release
 from test_chunked_prefill_tail import Batch, RecordedOps, sglang_tail_tokens
 from test_spec_decode_alloc import alloc_arguments, allocated, requests, sglang_alloc, tree_cache
@@ -76,3 +77,19 @@ def test_whether_the_spec_decode_allocation_indexes_host_lengths_per_request():
     assert allocated(reqs) == [13, 40, 20, 41]
     per_request = recorded.ops.count("aten.select.int") == len(reqs)
     assert per_request is UPSTREAM_INDEXES_HOST_LENGTHS_PER_REQUEST[RELEASE]
+
+
+def test_the_metrics_reporter_has_what_the_metrics_hook_reads():
+    # observability.export_gate_metrics reads these on SGLang's reporter; its own test uses a
+    # stand-in, as building a reporter needs a scheduler.
+    from sglang_specgate import runtime_patches
+    from sglang_specgate.runtime_patches import RuntimePatch
+
+    reporter = "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter"
+    reads = [RuntimePatch(owners=(reporter,), attributes=names, check=check, by="test", why="", how="", upstream="",
+                          removal="", verified_on={RELEASE: "CPU"})
+             for check, names in [(DECLARED_FIELD, ("scheduler", "metrics_collector")),
+                                  (SET_IN_A_METHOD, ("current_scheduler_metrics_enabled",))]]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runtime_patches, "RUNTIME_PATCHES", tuple(reads))
+        assert unresolved_names(RELEASE) == []

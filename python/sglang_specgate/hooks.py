@@ -273,9 +273,11 @@ HOOKS: tuple[Hook, ...] = (
         how="Add internal_state['spec_gate'] = GatedEAGLEWorkerV2.gate_state(): state, N, "
         "counters, whether the fast off path is active, accept length around re-enables.",
         upstream="srt/managers/scheduler.py:4165 get_internal_state; "
-        "entrypoints/http_server.py:781-806 (/server_info).",
-        removal="0.5.23 moves this to SchedulerInternalStateController._add_speculative.",
-        verified_on=GPU_0_5_17,
+        "entrypoints/http_server.py:781-806 (/server_info); 0.5.23: scheduler.py:5549 (delegates to "
+        "scheduler_components/internal_state.py:45-63, which returns the same output record).",
+        removal="When SGLang's internal-state contributors (0.5.23: SchedulerInternalStateController) "
+        "take plugin contributions.",
+        verified_on=GPU_0_5_17_CPU_0_5_23,
     ),
     Hook(
         target="sglang.srt.managers.scheduler_components.metrics_reporter."
@@ -288,9 +290,11 @@ HOOKS: tuple[Hook, ...] = (
         "sglang:spec_gate_switches_total and sglang:spec_gate_decode_steps_total{mode} lazily "
         "(after PROMETHEUS_MULTIPROC_DIR is set) and feed them the policy's counters.",
         upstream="srt/managers/scheduler_components/metrics_reporter.py:695 "
-        "report_decode_stats; observability/metrics_collector.py:240-259 (labels).",
+        "report_decode_stats; observability/metrics_collector.py:240-259 (labels). 0.5.23: "
+        "metrics_reporter.py:901 (report_decode_stats), :229-232 (scheduler, metrics_collector "
+        "fields), :241 (current_scheduler_metrics_enabled); metrics_collector.py:354 (labels).",
         removal="When SGLang exposes a metrics extension point for plugins.",
-        verified_on=GPU_0_5_17,
+        verified_on=GPU_0_5_17_CPU_0_5_23,
     ),
 )
 

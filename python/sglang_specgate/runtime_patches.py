@@ -336,7 +336,7 @@ GATE_METRICS_SLOT = RuntimePatch(
     upstream="srt/managers/scheduler_components/metrics_reporter.py:91-92 (the reporter), :695 "
     "(report_decode_stats).",
     removal="With the report_decode_stats hook.",
-    verified_on=GPU_0_5_17,
+    verified_on=GPU_0_5_17_CPU_0_5_23,
 )
 
 INTERNAL_STATE = RuntimePatch(
@@ -346,9 +346,9 @@ INTERNAL_STATE = RuntimePatch(
     by="sglang_specgate.observability",
     why="/server_info shows each scheduler's internal_state dict; the gate's state goes there.",
     how="Add the 'spec_gate' key to the dict get_internal_state returns.",
-    upstream="srt/managers/io_struct.py:1952-1956; managers/scheduler.py:4165.",
+    upstream="srt/managers/io_struct.py:1952-1956; managers/scheduler.py:4165. 0.5.23: io_struct.py:2341-2345.",
     removal="With the get_internal_state hook.",
-    verified_on=GPU_0_5_17,
+    verified_on=GPU_0_5_17_CPU_0_5_23,
 )
 
 OVERRIDE_LOG = RuntimePatch(
