@@ -231,7 +231,7 @@ def test_ci_builds_a_venv_afresh_per_release_and_runs_the_readme_test_command_in
     assert re.search(r"^RELEASES=\(([\d. ]+)\)$", script, re.M).group(1).split() == list(SUPPORTED_SGLANG_VERSIONS)
     # Without --clear, packages an earlier run left in a venv could turn a broken install green.
     assert re.search(r"^\s*python3 -m venv --clear \"\$venv\"$", script, re.M)
-    assert re.search(r'^\s*\S*pip install .*"\.\[test,bench\]" "sglang==\$release"$', script, re.M)
+    assert re.search(r'^\s*"\$venv/bin/python" -m pip install .*"\.\[test,bench\]" "sglang==\$release"$', script, re.M)
     readme = re.search(r"^python -m pytest test -q.*$", (ROOT / "README.md").read_text(), re.M)
     ci = re.search(r"^\s*python -m pytest .*$", script, re.M)
     assert readme and ci and ci.group().strip().startswith(readme.group()), (readme, ci)
