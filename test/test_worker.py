@@ -245,3 +245,17 @@ def test_with_the_fast_off_path_off_the_steps0_state_is_upstreams_own(monkeypatc
     assert worker._build_trivial_verify_input(SimpleNamespace()) == "upstream's input"
     worker._stub_skipped_draft_extend(SimpleNamespace(), SimpleNamespace())
     assert built == [(0, 1), "stubs"]
+
+
+@pytest.mark.parametrize("requested", [False, True])
+def test_a_worker_the_gates_switching_would_break_is_refused_on_its_release(requested):
+    """0.5.23 keeps QSA's MTP index sharing on unless --speculative-adaptive: the gate's state
+    switching would break it there. The built worker stands in (building one needs a GPU)."""
+    hf_config = SimpleNamespace(index_share_for_mtp_iteration=requested)
+    draft_runner = SimpleNamespace(model_config=SimpleNamespace(hf_config=hf_config))
+    reason = installed().why_the_gate_cannot_drive(SimpleNamespace(_draft_worker=SimpleNamespace(
+        draft_runner=draft_runner)))
+    if installed_release() == "0.5.23" and requested:
+        assert "index_share_for_mtp_iteration" in reason
+    else:
+        assert reason is None

@@ -151,6 +151,9 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
 
     def __init__(self, server_args, *args, **kwargs):
         super().__init__(server_args, *args, **kwargs)
+        refused = installed().why_the_gate_cannot_drive(self)
+        if refused:
+            raise SpecGateConfigError(f"{THRESHOLD_FLAG}: {refused}. Drop {THRESHOLD_FLAG} for this model.")
         self.gate = SpecGatePolicy(server_args.gate_config())
         self.gate_params = GatePolicyParams(self.gate, self.speculative_num_steps)
         # Set before the scheduler calls init_cuda_graphs, which registers the speculative

@@ -13,6 +13,7 @@ from sglang.srt.arg_groups.overrides import declare_resolution
 # module's included, to GateServerArgs.
 from sglang.srt.server_args import ServerArgs as _UpstreamServerArgs
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
+from sglang.srt.speculative.eagle_worker_v2 import _qsa_index_share_requested
 
 from sglang_specgate.args import (GATE_FIELDS, gate_config, gate_field_namespace, require_active_hooks,
                                   resolve_gate_fields, usage_error_on_config_error, validate_gate_combination)
@@ -86,3 +87,14 @@ def attention_backends(resolved_args) -> tuple[str, str]:
 def adaptive_controller(worker, policy) -> AdaptiveController:
     """0.5.23's controller takes the policy (adaptive_runtime_state.py:52-88)."""
     return AdaptiveController(worker, policy)
+
+
+def why_the_gate_cannot_drive(worker):
+    """What in a built EAGLE worker the gate's state switching would break, or None. 0.5.23 turns
+    QSA's MTP index sharing off under --speculative-adaptive, whose state switching the gate
+    uses: its per-state index buffers would not match (eagle_worker_v2.py:427-446)."""
+    draft = worker._draft_worker
+    if draft is not None and _qsa_index_share_requested(draft.draft_runner.model_config.hf_config):
+        return ("the draft model asks for QSA's index_share_for_mtp_iteration, which SGLang turns off "
+                "only under --speculative-adaptive")
+    return None
