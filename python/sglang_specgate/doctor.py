@@ -81,7 +81,8 @@ def run(server_argv: list[str]) -> int:
         try:
             report(True, "host sequence lengths for plain steps (FlashInfer)",
                    f"{'on' if host_seq_lens_enabled() else 'off'} "
-                   f"({HOST_SEQ_LENS_ENV}={os.environ.get(HOST_SEQ_LENS_ENV, '<unset>')})")
+                   f"({HOST_SEQ_LENS_ENV}={os.environ.get(HOST_SEQ_LENS_ENV, '<unset>')})"
+                   + ("" if release in FAST_OFF_PATH_RELEASES else "; unused on this release: part of the fast off path"))
         except SpecGateConfigError as e:
             report(False, HOST_SEQ_LENS_ENV, str(e))
         if server_argv:
