@@ -2,7 +2,7 @@
 
 On a machine that reaches PyPI (any OS, any Python >= 3.10 with pip):
 
-    python scripts/offline_wheelhouse.py --dest wheelhouse [--python-version 3.12]
+    python scripts/offline_wheelhouse.py --dest wheelhouse [--sglang 0.5.17] [--python-version 3.12]
         [--platform manylinux_2_34_x86_64] [--dry-run] [-- EXTRA PIP ARGS]
 
 Then copy the folder and, on the air-gapped host (Python and platform as given):
@@ -71,13 +71,14 @@ def build_own_wheel(dest: Path) -> Path:
         return Path(shutil.copy2(built, dest))
 
 
-def resolve(wheel: str, target: list[str], pip_args: list[str], report: Path) -> list[str]:
-    """Pins with hashes for every wheel the target needs: requirements.txt lines."""
+def resolve(wheel: str, sglang: str, target: list[str], pip_args: list[str], report: Path) -> list[str]:
+    """Pins with hashes for every wheel the target needs, with SGLang ``sglang``:
+    requirements.txt lines."""
     with tempfile.TemporaryDirectory() as scratch:
         # --target: pip refuses --platform/--python-version for an install into this
         # interpreter; --dry-run writes nothing there. fast-deps: see the module docstring.
         dry_run = ["--dry-run", "--ignore-installed", "--target", scratch, "--report", str(report)]
-        pip("install", "--quiet", "--use-feature=fast-deps", *dry_run, *target, *pip_args, wheel)
+        pip("install", "--quiet", "--use-feature=fast-deps", *dry_run, *target, *pip_args, wheel, f"sglang=={sglang}")
     lines = []
     for item in json.loads(report.read_text())["install"]:
         meta = item["metadata"]
@@ -97,6 +98,9 @@ def main(argv: list[str]) -> int:
     ours, pip_args = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dest", type=Path, required=True, help="wheelhouse folder")
+    # The plugin allows every supported release; the default is the one its fast off path has
+    # run on a GPU with (sglang_versions.FAST_OFF_PATH_RELEASES). pip refuses an unsupported one.
+    parser.add_argument("--sglang", default="0.5.17", help="the SGLang release to pin (a supported one)")
     parser.add_argument("--python-version", default=DEFAULT_PYTHON, help="target X.Y")
     parser.add_argument("--platform", default=DEFAULT_PLATFORM, help="target wheel platform tag")
     parser.add_argument(
@@ -117,7 +121,7 @@ def main(argv: list[str]) -> int:
 
     args.dest.mkdir(parents=True, exist_ok=True)
     target = target_args(args.python_version, args.platform)
-    pins = resolve(str(build_own_wheel(args.dest)), target, pip_args, args.dest / "report.json")
+    pins = resolve(str(build_own_wheel(args.dest)), args.sglang, target, pip_args, args.dest / "report.json")
     requirements = args.dest / "requirements.txt"
     requirements.write_text("".join(f"{line}\n" for line in pins))
     print(f"{len(pins)} wheels pinned in {requirements}")

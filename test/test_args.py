@@ -1,12 +1,16 @@
 """The gate's ServerArgs fields through SGLang's real argument machinery (in this process,
 after SGLang's own plugin loader ran): CLI, --config YAML, env, Engine kwargs, pickling and
-every bad input's message."""
+every bad input's message, on the installed release. Records are resolved as that release's
+launcher does (0.5.17 in prepare_server_args, 0.5.23 in resolve_once) and read as its workers
+do (sglang_versions.*.resolved)."""
 
 from __future__ import annotations
 
 import pickle
 
 import pytest
+
+from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed, installed_release
 
 pytestmark = pytest.mark.usefixtures("plugins_loaded", "clean_env")
 
@@ -17,20 +21,49 @@ CANDIDATES = "--speculative-gate-candidate-steps"
 REENABLE = "--speculative-gate-reenable-threshold"
 
 
-def parse(argv):
+# Where the gate's fast off path has not run on a GPU, every gated server is told so instead of
+# being told about its attention backend (args.slower_off_path).
+FAST_OFF_PATH_HERE = installed_release() in FAST_OFF_PATH_RELEASES
+UPSTREAM_OFF_STEPS = f"speculation-off steps run upstream's steps-0 state on SGLang {installed_release()}"
+
+# The release's flags for DP attention and the largest decode graph. 0.5.23 logs a warning for
+# its deprecated --enable-dp-attention while parsing, to pytest's log handlers, which an earlier
+# prepare_server_args closed (logging.basicConfig(force=True)): the tests use its new flag.
+DP_ATTENTION = {"0.5.17": ["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"],
+                "0.5.23": ["--attn-dp-size", "2", "--tp-size", "2"]}[installed_release()]
+DP_ATTENTION_FLAG = installed().DP_ATTENTION_FLAG
+GRAPH_MAX_BS = installed().DECODE_GRAPH_MAX_BS_FLAG
+
+
+def parse_record(argv):
+    """The record a launcher resolves, from a command line."""
     from sglang.srt.server_args import prepare_server_args
 
-    return prepare_server_args(argv)
+    record = prepare_server_args(argv)
+    installed().resolve(record)
+    return record
+
+
+def parse(argv):
+    """The resolved values of a command line."""
+    return installed().resolved(parse_record(argv))
+
+
+def engine_args(**kwargs):
+    """What sglang.Engine(**kwargs) resolves (engine.py builds server_args_class(**kwargs))."""
+    from sglang.srt.entrypoints.engine import Engine
+
+    record = Engine.server_args_class(**kwargs)
+    installed().resolve(record)
+    return installed().resolved(record)
 
 
 def test_serverargs_is_the_gate_subclass():
     from sglang.srt.entrypoints.engine import Engine
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_specgate.args import GateServerArgs
-
-    assert ServerArgs is GateServerArgs
-    assert Engine.server_args_class is GateServerArgs
+    assert ServerArgs is installed().GateServerArgs
+    assert Engine.server_args_class is installed().GateServerArgs
 
 
 def test_cli_flag(eagle_argv):
@@ -123,20 +156,22 @@ def engine_kwargs(model_dirs, **extra):
 def test_engine_kwargs_path(model_dirs, monkeypatch):
     # sglang.Engine(**kwargs) does exactly `self.server_args_class(**kwargs)` after
     # load_plugins() (engine.py:224-235); starting the Engine itself needs a GPU.
-    from sglang.srt.entrypoints.engine import Engine
-
-    args = Engine.server_args_class(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=6))
+    args = engine_args(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=6))
     assert args.speculative_disable_batch_threshold == 6
     monkeypatch.setenv(ENV, "9")
-    assert Engine.server_args_class(**engine_kwargs(model_dirs)).speculative_disable_batch_threshold == 9
+    assert engine_args(**engine_kwargs(model_dirs)).speculative_disable_batch_threshold == 9
 
 
-def test_pickles_to_children_intact(eagle_argv):
-    # Scheduler processes are spawned and receive server_args pickled (engine.py:1670).
-    args = parse(eagle_argv + [FLAG, "16", "--speculative-gate-dwell-steps", "2"])
+def test_pickles_to_children_intact(eagle_argv, monkeypatch):
+    # Scheduler processes are spawned and receive server_args pickled (engine.py:1670), and
+    # resolve nothing themselves: a value from the environment must travel with the record.
+    monkeypatch.setenv(ENV, "16")
+    args = parse_record(eagle_argv + ["--speculative-gate-dwell-steps", "2"])
+    monkeypatch.delenv(ENV)
     clone = pickle.loads(pickle.dumps(args))
     assert type(clone) is type(args)
     assert clone.gate_config() == args.gate_config()
+    assert (clone.gate_config().threshold, clone.gate_config().dwell_steps) == (16, 2)
 
 
 # prepare_server_args re-configures root logging onto stderr (server_args.py:9371), so
@@ -149,20 +184,21 @@ def test_warns_when_threshold_can_never_fire(eagle_argv, capsys):
 
 
 def test_warns_when_threshold_above_largest_graph(eagle_argv, capsys):
-    parse(eagle_argv + [FLAG, "64", "--max-running-requests", "256", "--cuda-graph-max-bs", "32"])
+    parse(eagle_argv + [FLAG, "64", "--max-running-requests", "256", GRAPH_MAX_BS, "32"])
     err = capsys.readouterr().err
     assert "run without CUDA graphs" in err
-    assert "--cuda-graph-max-bs" in err
+    assert f"Raise {GRAPH_MAX_BS} to 64" in err
 
 
 def test_no_graph_warning_at_the_largest_graph_batch(eagle_argv, capsys):
-    parse(eagle_argv + [FLAG, "32", "--max-running-requests", "256", "--cuda-graph-max-bs", "32"])
+    parse(eagle_argv + [FLAG, "32", "--max-running-requests", "256", GRAPH_MAX_BS, "32"])
     assert "run without CUDA graphs" not in capsys.readouterr().err
 
 
 def test_no_warning_for_a_reachable_threshold(eagle_argv, capsys):
     parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"])  # Triton on a CPU host
-    assert FLAG not in capsys.readouterr().err
+    lines = [line for line in capsys.readouterr().err.splitlines() if FLAG in line]
+    assert lines == ([] if FAST_OFF_PATH_HERE else [line for line in lines if UPSTREAM_OFF_STEPS in line])
 
 
 @pytest.mark.parametrize("knobs, named", [
@@ -179,12 +215,13 @@ def test_warns_when_gate_knobs_are_set_with_the_gate_off(knobs, named, eagle_arg
     assert f"the gate is off ({FLAG} and {ENV} unset or 0). Set {FLAG} N" in err
 
 
+@pytest.mark.skipif(installed_release() != "0.5.17", reason="0.5.17 only: 0.5.23 resolves a record once")
 def test_resolved_args_resolve_again_without_a_warning(eagle_argv, capsys):
     # SGLang's Ray engine re-runs __post_init__ on resolved args (dataclasses.replace).
     import dataclasses
 
     for gate in ([], [FLAG, "16", "--max-running-requests", "64"]):
-        args = parse(eagle_argv + gate)
+        args = parse_record(eagle_argv + gate)
         capsys.readouterr()
         again = dataclasses.replace(args)
         assert again.gate_config() == args.gate_config()
@@ -201,6 +238,9 @@ def test_resolved_args_resolve_again_without_a_warning(eagle_argv, capsys):
 def test_warns_when_the_off_path_would_be_upstreams(attention, named, eagle_argv, capsys):
     parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"] + attention)
     err = capsys.readouterr().err
+    if not FAST_OFF_PATH_HERE:  # upstream's whatever the backend: the release is named instead
+        assert UPSTREAM_OFF_STEPS in err and named not in err
+        return
     assert named in err
     assert "Start with --attention-backend triton or flashinfer for the fast off path" in err
 
@@ -209,7 +249,12 @@ def test_warns_when_the_off_path_would_be_upstreams(attention, named, eagle_argv
 def test_no_off_path_warning_on_a_verified_backend(backend, eagle_argv, capsys):
     parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64", "--attention-backend", backend,
                         "--speculative-draft-attention-backend", backend])
-    assert "fast off path" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    if FAST_OFF_PATH_HERE:
+        assert "fast off path" not in err
+    else:
+        assert (f"{FLAG} 16: {UPSTREAM_OFF_STEPS}: the gate's fast off path has not run on a GPU with this "
+                "release, so it stays off") in err and "For the fast off path use SGLang 0.5.17." in err
 
 
 # (name, argv after the EAGLE-3 configuration, env value, substrings the error must contain)
@@ -235,13 +280,13 @@ BAD_CLI = [
      [f"the threshold ({ENV}=8 in the environment)", "must be from 1"]),
     ("env with topk > 1", ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"], "8",
      [f"{ENV}=8 in the environment: the gate supports chain drafting only"]),
-    ("env with dp attention", ["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], "8",
-     [f"{ENV}=8 in the environment cannot be combined with --enable-dp-attention",
+    ("env with dp attention", DP_ATTENTION, "8",
+     [f"{ENV}=8 in the environment cannot be combined with {DP_ATTENTION_FLAG}",
       f"unset {ENV} to run without the gate"]),
     ("topk > 1", [FLAG, "8", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
      None, [FLAG, "--speculative-eagle-topk 1"]),
-    ("dp attention", [FLAG, "8", "--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], None,
-     [FLAG, "--enable-dp-attention", "Change one of the two", f"drop {FLAG} to run without the gate"]),
+    ("dp attention", [FLAG, "8", *DP_ATTENTION], None,
+     [FLAG, DP_ATTENTION_FLAG, "Change one of the two", f"drop {FLAG} to run without the gate"]),
     ("pipeline parallel", [FLAG, "8", "--pp-size", "2"], None, [FLAG, "--pp-size"]),
     ("two-batch overlap", [FLAG, "8", "--enable-two-batch-overlap"], None, [FLAG, "--enable-two-batch-overlap"]),
     ("pdmux", [FLAG, "8", "--enable-pdmux"], None, [FLAG, "--enable-pdmux"]),
@@ -348,19 +393,15 @@ def test_tree_drafting_sglang_chose_is_named_as_its_choice(model_dirs, capsys):
 ])
 def test_bad_knob_engine_kwarg_raises_error_naming_it(kwarg, flag, model_dirs):
     # Engine kwargs skip argparse's type check: the resolution itself must name the knob.
-    from sglang.srt.entrypoints.engine import Engine
-
     from sglang_specgate.args import SpecGateConfigError
 
     with pytest.raises(SpecGateConfigError, match=f"{flag} must be >= 0"):
-        Engine.server_args_class(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=8, **{kwarg: -1}))
+        engine_args(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=8, **{kwarg: -1}))
 
 
 @pytest.mark.parametrize("value", ["8x", -2, 2.0, True, None.__class__])
 def test_bad_engine_kwarg_raises_named_error(value, model_dirs):
-    from sglang.srt.entrypoints.engine import Engine
-
     from sglang_specgate.args import SpecGateConfigError
 
     with pytest.raises(SpecGateConfigError, match="--speculative-disable-batch-threshold"):
-        Engine.server_args_class(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=value))
+        engine_args(**engine_kwargs(model_dirs, speculative_disable_batch_threshold=value))

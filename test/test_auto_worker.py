@@ -70,8 +70,8 @@ def auto_controller(candidates=(0, 1, 2, 3), **config):
         broadcasts.append(text)
         return text
 
-    params = AutoGateParams(AutoGateConfig(candidates, **config))
-    ctrl = GateController(worker, params, broadcast_from_rank0, time_replays=graph_cost)
+    params = AutoGateParams(AutoGateConfig(candidates, **config), broadcast_from_rank0, time_replays=graph_cost)
+    ctrl = GateController(worker, params)
     ctrl.register(stand_in_state(3))  # as EAGLEWorkerV2.init_cuda_graphs registers the running state
     ctrl.init_states(cuda_graph_bs=None)
     return worker, ctrl, params, broadcasts
@@ -143,5 +143,5 @@ def test_server_info_and_prometheus_views():
 
 
 def test_before_calibration_server_info_names_the_candidates():
-    params = AutoGateParams(AutoGateConfig((0, 3)))
+    params = AutoGateParams(AutoGateConfig((0, 3)), broadcast_from_rank0=lambda table: table)
     assert params.snapshot() == {"threshold": "auto", "candidates": [0, 3], "calibration_s": None}

@@ -64,6 +64,7 @@ def test_same_tail_tokens_as_sglang_and_sampled_tokens_untouched(batch):
     assert sampled.tolist() == [11, 12, 13, 14]
 
 
+@pytest.mark.fast_off_path
 def test_the_chunk_tail_is_a_kernel_fill_not_a_host_copy():
     reqs = [object() for _ in range(3)]
     batch = Batch(reqs, chunked_req=reqs[1], chunked_req_next_prompt_token=7)

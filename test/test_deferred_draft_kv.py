@@ -35,6 +35,8 @@ from sglang_specgate.one_token_decode import use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
 
+pytestmark = pytest.mark.fast_off_path
+
 HIDDEN = 6  # the target's aux hidden width the draft reads (3 layers x 2 here)
 CAPTURED = [1, 2, 4, 8]
 FILL = 1  # upstream's seq_len_fill_value for padded rows

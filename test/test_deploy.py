@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_specgate.hooks import SUPPORTED_SGLANG_VERSIONS
+from sglang_specgate.sglang_versions import SGLANG_REQUIREMENT, SUPPORTED_SGLANG_VERSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -105,9 +105,16 @@ def test_dockerfile_builds_on_the_pinned_sglang_release():
     args = build_args()
     (base,) = [value for keyword, value in instructions() if keyword == "FROM"]
     resolved = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], base)
-    assert resolved == "lmsysorg/sglang:v0.5.17-cu130"
-    assert f"sglang=={args['SGLANG_VERSION']}" in importlib.metadata.requires("sglang-specgate")
+    assert resolved == "lmsysorg/sglang:v0.5.17-cu130"  # the release the fast off path ran on a GPU with
     assert args["SGLANG_VERSION"] in SUPPORTED_SGLANG_VERSIONS
+
+
+def test_the_dependency_allows_the_supported_releases():
+    from packaging.requirements import Requirement
+
+    (requirement,) = [Requirement(r) for r in importlib.metadata.requires("sglang-specgate") if r.startswith("sglang")]
+    assert requirement == Requirement(SGLANG_REQUIREMENT)
+    assert all(requirement.specifier.contains(release) for release in SUPPORTED_SGLANG_VERSIONS)
 
 
 def test_dockerignore_lets_every_copy_source_through():
@@ -122,7 +129,7 @@ def test_dockerignore_lets_every_copy_source_through():
                 assert source.rstrip("/") in allowed, f"{source} is excluded by .dockerignore"
 
 
-def test_dockerfile_install_commands_work_on_sglang_0_5_17(image_root, tmp_path):
+def test_dockerfile_install_commands_work_on_the_installed_sglang(image_root, tmp_path):
     """The RUN steps, verbatim but for the install path, in a fresh venv that sees this
     environment's SGLang the way the plugin sees the base image's."""
     venv = tmp_path / "venv"
@@ -218,13 +225,16 @@ def test_workflows_run_the_documented_commands():
         assert (ROOT / script).is_file(), f"gpu.yml runs {script}, which does not exist"
 
 
-def test_ci_builds_its_venv_afresh_and_runs_the_readme_test_command():
+def test_ci_builds_a_venv_afresh_per_release_and_runs_the_readme_test_command_in_each():
     script = (ROOT / ".ci" / "run").read_text()
-    # Without --clear, packages an earlier run left in .venv could turn a broken install green.
-    assert re.search(r"^python3 -m venv --clear \.venv$", script, re.M)
+    # One venv per supported release, each pinned to it.
+    assert re.search(r"^RELEASES=\(([\d. ]+)\)$", script, re.M).group(1).split() == list(SUPPORTED_SGLANG_VERSIONS)
+    # Without --clear, packages an earlier run left in a venv could turn a broken install green.
+    assert re.search(r"^\s*python3 -m venv --clear \"\$venv\"$", script, re.M)
+    assert re.search(r'^\s*"\$venv/bin/python" -m pip install .*"\.\[test,bench\]" "sglang==\$release"$', script, re.M)
     readme = re.search(r"^python -m pytest test -q.*$", (ROOT / "README.md").read_text(), re.M)
-    ci = re.search(r"^python -m pytest .*$", script, re.M)
-    assert readme and ci and ci.group().startswith(readme.group()), (readme, ci)
+    ci = re.search(r"^\s*python -m pytest .*$", script, re.M)
+    assert readme and ci and ci.group().strip().startswith(readme.group()), (readme, ci)
 
 
 def test_the_gpu_workflow_fails_where_torch_sees_no_gpu():
@@ -276,7 +286,7 @@ def test_wheelhouse_dry_run_resolves_the_full_set_without_downloading(dry_run_wh
     pins = (dest / "requirements.txt").read_text().splitlines()
     names = {line.split("==")[0].lower() for line in pins}
     ours = importlib.metadata.version("sglang-specgate")
-    assert {f"sglang-specgate=={ours}", "sglang==0.5.17"} <= {line.split()[0] for line in pins}
+    assert {f"sglang-specgate=={ours}", "sglang==0.5.17"} <= {line.split()[0] for line in pins}  # the default
     assert {"torch", "sglang-kernel", "flashinfer-python"} <= names
     assert all(re.search(r" --hash=sha256:[0-9a-f]{64}$", line) for line in pins)
     # Only the plugin's own wheel: the ~4 GB of dependency wheels were resolved, not fetched.

@@ -253,6 +253,7 @@ def gated_worker(disaggregation_mode="null", needs_host_lengths=(False, True, Fa
     # PD disaggregation publishes lengths outside the worker: upstream's copy.
     (gated_worker("decode"), None, False),
 ], ids=["needs host lengths", "turned off", "needs none", "pd disaggregation"])
+@pytest.mark.fast_off_path
 def test_the_gated_worker_installs_the_mirror_where_the_scheduler_copies_lengths(
         monkeypatch, worker, setting, installed):
     monkeypatch.setattr(host_seq_lens, "mirror", None)

@@ -249,6 +249,7 @@ print("restored", self_attn.o_proj is projection, self_attn.qkv_proj is qkv, typ
 """
 
 
+@pytest.mark.fast_off_path
 def test_sglangs_eagle3_draft_has_what_the_trim_replaces(eagle_argv, model_dirs):
     # Built on the CPU in a fresh process (it needs SGLang's process-wide config and a
     # one-rank process group): catches an upstream rename of the MLP or the lm_head path.

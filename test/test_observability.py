@@ -20,9 +20,9 @@ class StandInWorker(SimpleNamespace):
 
 def gated_scheduler(threshold=4):
     gate = SpecGatePolicy(GateConfig(threshold, threshold, 0))
-    worker = StandInWorker(fast_off_path=True, off_draft_extend="kv-only", skips_off_draft_extend=False,
-                           gate_params=ThresholdGateParams(gate, 3), deferred_draft_kv=None,
-                           adaptive_controller=SimpleNamespace(states_built=None))
+    worker = StandInWorker(fast_off_path=True, fast_off_path_blocker=None, off_draft_extend="kv-only",
+                           skips_off_draft_extend=False, gate_params=ThresholdGateParams(gate, 3),
+                           deferred_draft_kv=None, adaptive_controller=SimpleNamespace(states_built=None))
     return SimpleNamespace(draft_worker=worker), gate
 
 
@@ -35,7 +35,8 @@ def test_internal_state_carries_the_gate(monkeypatch):
     assert result.internal_state["spec_gate"] == {
         "active": False, "threshold": 4, "reenable_threshold": 4, "dwell_steps": 0,
         "decode_steps_spec": 1, "decode_steps_plain": 2, "switches": 1,
-        "last_decode_batch_size": 9, "draft_steps": 0, "states_built": None, "fast_off_path": True, "off_draft_extend": "kv-only",
+        "last_decode_batch_size": 9, "draft_steps": 0, "states_built": None, "fast_off_path": True,
+        "fast_off_path_blocker": None, "off_draft_extend": "kv-only",
         "deferred_draft_kv": None, "reenable_acceptance": {"reenables": 0, "recent": []},
         "host_seq_lens": None,
     }

@@ -165,6 +165,7 @@ def test_verified_backends_are_converted_without_a_warning(caplog):
     assert "spec gate" not in caplog.text
 
 
+@pytest.mark.fast_off_path
 @pytest.mark.parametrize("name", FAST_OFF_PATH_ATTENTION_BACKENDS)
 def test_the_fast_off_path_flags_build_the_verified_classes(name, monkeypatch):
     """The start-up warning (args.slow_off_path_backends) and the runtime switch agree: each

@@ -1,5 +1,6 @@
 """Plugin discovery and hook application in fresh processes, as SGLang does them, and the
-ways a server asked for the gate refuses to start without it."""
+ways a server asked for the gate refuses to start without it, on the installed release (a
+fresh process "on another release" is the installed SGLang reporting another version)."""
 
 from __future__ import annotations
 
@@ -15,22 +16,30 @@ import pytest
 from fresh_process import run_python
 from registry_entries import documentation_errors
 from sglang_specgate import hooks
+from sglang_specgate.sglang_versions import (FAST_OFF_PATH_RELEASES, SUPPORTED_SGLANG_VERSIONS, IncompatibleSGLangError,
+                                             check_sglang_version, installed_release)
 
 FLAG = "--speculative-disable-batch-threshold"
+RELEASE = installed_release()
+OURS = hooks.hooks_for(RELEASE)
 
 
 def test_registry_entries_are_documented_and_resolve():
-    targets = [h.target for h in hooks.HOOKS]
-    assert len(targets) == len(set(targets))
+    for release in SUPPORTED_SGLANG_VERSIONS:
+        targets = [h.target for h in hooks.hooks_for(release)]
+        assert len(targets) == len(set(targets)), release
     for hook in hooks.HOOKS:
-        assert hook.kind in ("REPLACE", "AROUND", "AFTER", "BEFORE")
-        pkgutil.resolve_name(hook.implementation)
-    assert documentation_errors(hooks.HOOKS, lambda hook: hook.target) == []
+        assert hook.kind in ("REPLACE", "AROUND", "AFTER", "BEFORE", hooks.RESOLUTION)
+        assert hook.verified_on and set(hook.verified_on) <= set(SUPPORTED_SGLANG_VERSIONS), hook.target
+    for hook in OURS:
+        pkgutil.resolve_name(hook.implementation_for(RELEASE))
+    assert documentation_errors(OURS, lambda hook: hook.target) == []
+    # Fails on each release when a hook target there no longer exists upstream.
     assert hooks.unresolved_targets() == []
 
 
 def test_sglang_loader_discovers_plugin_and_applies_every_hook_and_nothing_else():
-    result = run_python(["-c", """
+    result = run_python(["-c", f"""
 from sglang.srt.plugins import load_plugins
 from sglang.srt.plugins.hook_registry import HookRegistry
 load_plugins()
@@ -38,7 +47,7 @@ from sglang_specgate import hooks
 ours = sorted(t for t, entries in HookRegistry._hooks.items()
               if any(src and src.plugin_name == "spec_gate" for _, _, src in entries))
 print("INACTIVE", hooks.inactive_targets())
-print("OURS", ours == sorted(h.target for h in hooks.HOOKS))
+print("OURS", ours == sorted(h.target for h in hooks.hooks_for({RELEASE!r}) if h.kind != hooks.RESOLUTION))
 """])
     assert result.returncode == 0, result.stderr
     assert "INACTIVE []" in result.stdout
@@ -46,21 +55,35 @@ print("OURS", ours == sorted(h.target for h in hooks.HOOKS))
 
 
 # Written out, not derived from hooks.HOOKS: dropping a hook or changing its kind must fail here.
-EXPECTED_HOOKS = {
+_EVERY_RELEASE = {
     "sglang.srt.server_args.ServerArgs": "REPLACE",
     "sglang.srt.entrypoints.engine.Engine.server_args_class": "REPLACE",
     "sglang.srt.server_args.prepare_server_args": "AROUND",
     "sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker": "AFTER",
-    "sglang.srt.speculative.eagle_utils._eagle_prefill_tail_tokens": "REPLACE",
-    "sglang.srt.mem_cache.allocation.alloc_for_spec_decode": "AROUND",
-    "sglang.srt.managers.overlap_utils.FutureMap.resolve_seq_lens_cpu": "AROUND",
-    "sglang.srt.managers.scheduler.Scheduler.get_internal_state": "AFTER",
-    "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter.report_decode_stats": "AFTER",
+}
+EXPECTED_HOOKS = {
+    "0.5.17": {
+        **_EVERY_RELEASE,
+        "sglang.srt.speculative.eagle_utils._eagle_prefill_tail_tokens": "REPLACE",
+        "sglang.srt.mem_cache.allocation.alloc_for_spec_decode": "AROUND",
+        "sglang.srt.managers.overlap_utils.FutureMap.resolve_seq_lens_cpu": "AROUND",
+        "sglang.srt.managers.scheduler.Scheduler.get_internal_state": "AFTER",
+        "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter.report_decode_stats":
+            "AFTER",
+    },
+    "0.5.23": {
+        **_EVERY_RELEASE,
+        "sglang.srt.arg_groups.speculative_hook.handle_speculative_decoding": "RESOLUTION",
+        "sglang.srt.managers.scheduler.Scheduler.get_internal_state": "AFTER",
+        "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter.report_decode_stats":
+            "AFTER",
+    },
 }
 
 
-def test_the_registry_holds_the_expected_hooks():
-    assert {h.target: h.kind for h in hooks.HOOKS} == EXPECTED_HOOKS
+@pytest.mark.parametrize("release", SUPPORTED_SGLANG_VERSIONS)
+def test_the_registry_holds_the_expected_hooks(release):
+    assert {h.target: h.kind for h in hooks.hooks_for(release)} == EXPECTED_HOOKS[release]
 
 
 def test_sglangs_create_worker_returns_the_gated_worker_only_with_a_threshold(eagle_argv):
@@ -69,8 +92,10 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang_specgate.sglang_versions import installed
 for n in ("8", "0"):
     args = prepare_server_args({eagle_argv!r} + ["{FLAG}", n, "--max-running-requests", "64"])
+    installed().resolve(args)
     print(n, SpeculativeAlgorithm.from_string(args.speculative_algorithm).create_worker(args).__name__)
 """])
     assert result.returncode == 0, result.stderr
@@ -138,19 +163,21 @@ HookRegistry._apply_target = classmethod(failing)
 from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.server_args import prepare_server_args
-prepare_server_args({eagle_argv!r} + ["{FLAG}", "8"])
+from sglang_specgate.sglang_versions import installed
+installed().resolve(prepare_server_args({eagle_argv!r} + ["{FLAG}", "8"]))
 """])
     assert result.returncode == 2
     assert "hooks are not active" in result.stderr
     assert "create_worker" in result.stderr
 
 
-SUPPORTED = "sglang-specgate supports SGLang 0.5.17 (any build of it)"
+SUPPORTED = "sglang-specgate supports SGLang 0.5.17 or 0.5.23 (any build of them)"
+INSTALL = "pip install 'sglang==0.5.23' (or ==0.5.17)"
 
 
 def load_plugins_as(version: str, argv: list[str], then: str = "", env: dict | None = None):
     """SGLang's plugin loading in a fresh process whose SGLang reports ``version`` (the
-    installed 0.5.17 standing in for another release) and whose command line is ``argv``."""
+    installed release standing in for another) and whose command line is ``argv``."""
     return run_python(["-c", f"""
 import sys
 import sglang
@@ -162,7 +189,7 @@ load_plugins()
 """], env=env)
 
 
-@pytest.mark.parametrize("version", ["0.5.17.post1", "0.5.17+cu130"])
+@pytest.mark.parametrize("version", [f"{RELEASE}.post1", f"{RELEASE}+cu130"])
 def test_a_build_of_the_supported_release_is_that_release(version, eagle_argv):
     result = load_plugins_as(version, eagle_argv + [FLAG, "8"], then="""
 from sglang_specgate import hooks
@@ -173,7 +200,7 @@ print("INACTIVE", hooks.inactive_targets())
     assert SUPPORTED not in result.stderr
 
 
-@pytest.mark.parametrize("version", ["0.5.16", "0.5.24"])
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.20", "0.5.24"])
 def test_an_ungated_process_on_another_sglang_warns_once_and_parses_its_arguments(version, eagle_argv):
     # What a scheduler or launcher of a server without the gate does on that SGLang: plain
     # SGLang's ServerArgs, no hook of ours, one warning that names the supported release.
@@ -192,7 +219,7 @@ print("PARSED", type(args).__name__, args.speculative_algorithm, "OUR HOOKS", le
     assert result.stderr.count(SUPPORTED) == 1
     assert f"{SUPPORTED}, found {version}. The gate is off in this process, which runs SGLang {version} " \
         f"unchanged: {FLAG} and sglang.Engine(speculative_disable_batch_threshold=N) are unknown to it; " \
-        "install sglang==0.5.17 for them." in result.stderr
+        f"for them: {INSTALL}." in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -229,7 +256,7 @@ sys.argv = ["launch_server"] + {argv!r}
 runpy.run_module("sglang.launch_server", run_name="__main__")
 """], env=env)
     assert result.returncode == 1
-    assert f"{asked} asks for the gate, but {SUPPORTED}, found 0.5.24. Install sglang==0.5.17 for the gate, " \
+    assert f"{asked} asks for the gate, but {SUPPORTED}, found 0.5.24. For the gate: {INSTALL}; " \
         f"or {removal}" in result.stderr
     assert "to run SGLang 0.5.24 without it." in result.stderr
     assert "Traceback" not in result.stderr
@@ -252,42 +279,42 @@ except TypeError as e:
 
 @pytest.mark.parametrize("gated", [True, False])
 def test_an_sglang_without_a_name_the_gate_touches_refuses_the_gate_only(gated, eagle_argv):
-    # The installed 0.5.17 with one registered name taken away, standing in for a build that
+    # The installed release with one hook target taken away, standing in for a build that
     # renamed it.
     argv = eagle_argv + ([FLAG, "8"] if gated else [])
     result = run_python(["-c", f"""
 import sys
 sys.argv = ["sglang"] + {argv!r}
-from sglang.srt.model_executor.model_runner import ModelRunner
-del ModelRunner._get_attention_backend
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+del SpeculativeAlgorithm.create_worker
 from sglang.srt.plugins import load_plugins
 load_plugins()
 print("still running")
 """])
-    missing = ("sglang-specgate relies on SGLang internals this one lacks: sglang.srt.model_executor."
-               "model_runner.ModelRunner._get_attention_backend (class attribute: no such method or class "
-               "attribute).")
-    assert (f"{FLAG} 8 asks for the gate, but {missing}" if gated else f"{missing} The gate is off") in result.stderr
+    missing = ("sglang-specgate relies on SGLang internals this one lacks: sglang.srt.speculative.spec_info."
+               "SpeculativeAlgorithm.create_worker (AttributeError: ")
+    assert (f"{FLAG} 8 asks for the gate, but " if gated else "") + missing in result.stderr
+    assert ("The gate is off in this process" in result.stderr) is not gated
     assert result.returncode == (1 if gated else 0)
     assert ("still running" in result.stdout) is not gated
 
 
 def test_doctor_on_an_unsupported_sglang_reports_it_without_a_traceback():
-    # With the real sglang 0.5.23 wheel on PYTHONPATH the doctor crashed importing our ServerArgs
-    # subclass: 0.5.23's ServerArgs is a msgspec Struct, which a dataclass cannot extend. So after
-    # a failed version check the doctor must not import sglang_specgate.args at all.
+    # Before 0.5.23 was supported, the doctor crashed on its wheel importing our ServerArgs
+    # subclass (a dataclass over 0.5.23's msgspec Struct). So after a failed version check the
+    # doctor must not import sglang_specgate.args at all: the next release may break it again.
     result = run_python(["-c", """
 import sys
 import sglang
-sglang.__version__ = "0.5.23"
+sglang.__version__ = "0.5.24"
 from sglang_specgate.doctor import run
 code = run([])
 print("args imported:", "sglang_specgate.args" in sys.modules)
 sys.exit(code)
 """])
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"[FAIL] SGLang version: {SUPPORTED}, found 0.5.23. Install a supported SGLang (pip install " \
-        "sglang==0.5.17), or uninstall sglang-specgate." in result.stdout
+    assert f"[FAIL] SGLang version: {SUPPORTED}, found 0.5.24. Install a supported SGLang ({INSTALL}), " \
+        "or uninstall sglang-specgate." in result.stdout
     assert "args imported: False" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
@@ -306,7 +333,7 @@ sys.exit(run([]))
 """])
     assert result.returncode == 1, result.stdout + result.stderr
     assert "[FAIL] SGLang version: SGLang does not import here (No module named 'sglang'). " \
-        "Install it: pip install sglang==0.5.17" in result.stdout
+        f"Install it: {INSTALL}" in result.stdout
     assert "SGLang internal resolves" not in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
@@ -327,9 +354,17 @@ def test_doctor_passes(eagle_argv):
                          "--max-running-requests", "64"])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[FAIL]" not in result.stdout
-    assert result.stdout.count("applied") == len(hooks.HOOKS)
+    assert result.stdout.count("applied") == len(OURS)
     assert "effective gate: threshold 16, re-enable <= 16 after 8 steps" in result.stdout
-    assert "[ok] fast off path: triton attention" in result.stdout
+    if RELEASE in FAST_OFF_PATH_RELEASES:
+        assert f"[ok] verified on a GPU: SGLang {RELEASE}: the gate and its fast off path" in result.stdout
+        assert "[ok] fast off path: triton attention" in result.stdout
+    else:
+        assert f"[warn] verified on a GPU: not SGLang {RELEASE}: its hooks pass the CPU suite only, so the fast " \
+            "off path stays off and off steps run upstream's steps-0 state (correct, slower); verified on a " \
+            "GPU: SGLang 0.5.17" in result.stdout
+        assert f"[warn] fast off path: speculation-off steps run upstream's steps-0 state on SGLang {RELEASE}" \
+            in result.stdout
     assert "[ok] host sequence lengths for plain steps (FlashInfer): on (SGLANG_SPEC_GATE_HOST_SEQ_LENS=<unset>)" \
         in result.stdout
 
@@ -347,8 +382,10 @@ def test_doctor_warns_where_the_off_path_is_upstreams(eagle_argv):
     result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "16",
                          "--max-running-requests", "64", "--attention-backend", "fa3"])
     assert result.returncode == 0, result.stdout + result.stderr  # slower, not broken
-    assert "[warn] fast off path: not with --attention-backend fa3: off steps run upstream's " \
-        "steps-0 kernels; start with --attention-backend triton or flashinfer" in result.stdout
+    assert ("[warn] fast off path: speculation-off steps are fast on triton or flashinfer attention only; "
+            "with --attention-backend fa3 they run upstream's steps-0 kernels" if RELEASE in FAST_OFF_PATH_RELEASES
+            else f"[warn] fast off path: speculation-off steps run upstream's steps-0 state on SGLang {RELEASE}") \
+        in result.stdout
     assert "doctor: all checks passed" in result.stdout
 
 
@@ -415,12 +452,15 @@ def test_console_script_is_installed():
     assert "doctor" in result.stdout
 
 
-@pytest.mark.parametrize("version", ["0.5.17", "0.5.17.post1", "0.5.17.post1+cu130", "0.5.17.0"])
-def test_the_version_check_compares_releases(version):
-    hooks.check_sglang_version(version)
+@pytest.mark.parametrize("version, release", [
+    ("0.5.17", "0.5.17"), ("0.5.17.post1", "0.5.17"), ("0.5.17.post1+cu130", "0.5.17"), ("0.5.17.0", "0.5.17"),
+    ("0.5.23", "0.5.23"), ("0.5.23.post2", "0.5.23"), ("0.5.23+cu130", "0.5.23"), ("0.5.23rc1", "0.5.23"),
+])
+def test_the_version_check_compares_releases(version, release):
+    assert check_sglang_version(version) == release
 
 
-@pytest.mark.parametrize("version", ["0.5.16", "0.5.18", "0.5.23", "0.5.17.1", "1.0.0", "unknown"])
-def test_the_version_check_names_the_supported_release(version):
-    with pytest.raises(hooks.IncompatibleSGLangError, match=re.escape(f"{SUPPORTED}, found {version}.")):
-        hooks.check_sglang_version(version)
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.18", "0.5.22", "0.5.24", "0.5.17.1", "1.0.0", "unknown"])
+def test_the_version_check_names_the_supported_releases(version):
+    with pytest.raises(IncompatibleSGLangError, match=re.escape(f"{SUPPORTED}, found {version}.")):
+        check_sglang_version(version)

@@ -1,6 +1,7 @@
 """The registry of what the gate changes on SGLang objects at run time (runtime_patches.py):
-every name exists in the installed SGLang, the package changes nothing it does not list, and
-the helpers that make the changes restore and refuse as they say."""
+every name registered for the installed release exists in the installed SGLang, the package
+changes nothing it does not list, and the helpers that make the changes restore and refuse as
+they say."""
 
 from __future__ import annotations
 
@@ -19,19 +20,26 @@ from sglang_specgate.runtime_patches import (CLASS_ATTRIBUTE, DECLARED_FIELD, MO
                                              RUNTIME_PATCHES, SET_IN_A_METHOD, RuntimePatch,
                                              UnregisteredChange, assign, assign_item, overridden_methods, shadowed,
                                              swap_class)
+from sglang_specgate.sglang_versions import CPU, GPU, SUPPORTED_SGLANG_VERSIONS, installed_release
 
 PACKAGE = Path(sglang_specgate.__file__).parent
 HELPERS = {"assign", "assign_item", "shadowed", "swap_class"}
 OWN_OBJECTS = {"self", "cls"}
 
 
+RELEASE = installed_release()
+
+
 def test_every_registered_name_exists_in_the_installed_sglang():
-    assert runtime_patches.unresolved_names() == []
+    # Fails on each release when a name the package changes there no longer exists upstream.
+    assert runtime_patches.unresolved_names(RELEASE) == []
 
 
 def test_entries_are_documented():
     assert len(set(RUNTIME_PATCHES)) == len(RUNTIME_PATCHES)
     for patch in RUNTIME_PATCHES:
+        assert patch.verified_on and set(patch.verified_on) <= set(SUPPORTED_SGLANG_VERSIONS), patch
+        assert set(patch.verified_on.values()) <= {GPU, CPU}, patch
         assert patch.check in (CLASS_ATTRIBUTE, DECLARED_FIELD, SET_IN_A_METHOD, MODULE_ATTRIBUTE, OURS)
         assert patch.owners and patch.attributes
         importlib.import_module(patch.by)
@@ -42,15 +50,15 @@ def test_a_careless_entry_is_not_documented() -> None:
     careful = RUNTIME_PATCHES[0]
     placeholder = dataclasses.replace(careful, why="TODO: explain.", upstream="see the code", removal="n/a")
     misplaced = dataclasses.replace(careful, why=careful.why + " Again.", how=careful.why,
-                                    upstream="srt/no_such_module.py:12 (where it was).")
+                                    upstream=f"{installed_release()}: srt/no_such_module.py:12 (where it was).")
     errors = documentation_errors([careful, placeholder, misplaced], lambda patch: patch.why[:4])
     assert errors == [
         f"the same how for two entries: {careful.how!r}",
         "TODO: why is not a sentence of 8 words or more: 'TODO: explain.'",
-        "TODO: upstream does not open on a file:line of the installed SGLang: 'see the code'",
+        "TODO: upstream does not open on a file:line of SGLang: 'see the code'",
         "TODO: removal does not say when it can go: 'n/a'",
-        f"{careful.why[:4]}: upstream does not open on a file:line of the installed SGLang: "
-        "'srt/no_such_module.py:12 (where it was).'",
+        f"{careful.why[:4]}: upstream does not open on a file:line of SGLang: "
+        f"'{installed_release()}: srt/no_such_module.py:12 (where it was).'",
     ]
 
 
@@ -70,24 +78,25 @@ def test_a_careless_entry_is_not_documented() -> None:
 ])
 def test_each_check_tells_a_name_sglang_has_from_one_it_lacks(monkeypatch, check, owner, present, absent):
     patch = RuntimePatch(owners=(owner,), attributes=(present, absent), check=check, by="test",
-                         why="", how="", upstream="", removal="")
+                         why="", how="", upstream="", removal="", verified_on={RELEASE: CPU})
     monkeypatch.setattr(runtime_patches, "RUNTIME_PATCHES", (patch,))
-    (missing,) = runtime_patches.unresolved_names()
+    (missing,) = runtime_patches.unresolved_names(RELEASE)
     assert missing.startswith(f"{owner}.{absent} ({check}: ")
 
 
 def test_an_owner_that_no_longer_imports_is_reported(monkeypatch):
     patch = RuntimePatch(owners=("sglang.srt.no_such_module.Thing",), attributes=("x",), check=CLASS_ATTRIBUTE,
-                         by="test", why="", how="", upstream="", removal="")
+                         by="test", why="", how="", upstream="", removal="", verified_on={RELEASE: CPU})
     monkeypatch.setattr(runtime_patches, "RUNTIME_PATCHES", (patch,))
-    (missing,) = runtime_patches.unresolved_names()
+    (missing,) = runtime_patches.unresolved_names(RELEASE)
     assert missing.startswith("sglang.srt.no_such_module.Thing (") and "no_such_module" in missing.split("(", 1)[1]
 
 
 def _modules():
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         if path.name != "runtime_patches.py":
-            yield f"sglang_specgate.{path.stem}", ast.parse(path.read_text(), filename=str(path))
+            module = ".".join(("sglang_specgate", *path.relative_to(PACKAGE).with_suffix("").parts))
+            yield module.removesuffix(".__init__"), ast.parse(path.read_text(), filename=str(path))
 
 
 def _changed_object(node) -> ast.expr | None:
@@ -170,7 +179,7 @@ def test_every_change_names_its_entry_its_module_and_only_the_entrys_names():
 
 
 SOME = RuntimePatch(owners=("test",), attributes=("method", "value", "mlp", "items"), check=CLASS_ATTRIBUTE,
-                    by="test", why="", how="", upstream="", removal="")
+                    by="test", why="", how="", upstream="", removal="", verified_on={RELEASE: CPU})
 
 
 class Owner:

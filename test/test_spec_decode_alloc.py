@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from types import SimpleNamespace
 
+import pytest
 import torch
 from sglang.srt.mem_cache import allocation
 
@@ -48,6 +49,7 @@ def allocated(reqs):
     return [r.kv.kv_allocated_len for r in reqs]
 
 
+@pytest.mark.fast_off_path
 def test_sglangs_loop_indexes_the_tensor_per_request():
     reqs = requests()
     with RecordedOps() as recorded:
@@ -58,6 +60,7 @@ def test_sglangs_loop_indexes_the_tensor_per_request():
     assert recorded.ops.count("aten.select.int") == len(reqs)
 
 
+@pytest.mark.fast_off_path
 def test_the_hook_records_the_same_lengths_with_no_tensor_op_per_request():
     reqs = requests()
     with RecordedOps() as recorded:

@@ -1,5 +1,5 @@
 """The gated worker's CPU-side wiring: worker selection and the policy driving SGLang's real
-AdaptiveController. The GPU worker itself is replaced by a stand-in implementing upstream's
+AdaptiveController (each release's, as its adapter builds it). The GPU worker itself is replaced by a stand-in implementing upstream's
 AdaptiveSpecWorker protocol (build_adaptive_runtime_state / apply_runtime_state), since
 building one needs a GPU; test/gpu runs the real one."""
 
@@ -22,12 +22,9 @@ from sglang_specgate.args import SpecGateConfigError
 from sglang_specgate.deferred_draft_kv import NO_GRAPH
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
-from sglang_specgate.worker import (
-    GateController,
-    GatedEAGLEWorkerV2,
-    ThresholdGateParams,
-    select_worker_class,
-)
+from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed, installed_release
+from sglang_specgate.worker import (GateController, GatedEAGLEWorkerV2, ThresholdGateParams, fast_off_path_blocker,
+                                    select_worker_class)
 
 
 class Args:
@@ -127,6 +124,7 @@ def test_verify_results_are_paired_with_their_decisions_in_launch_order():
     assert episode["after"] == [2.0]
 
 
+@pytest.mark.fast_off_path
 def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split_wide(published_gate_args):
     """While upstream builds the steps-0 state it calls the target runner's
     ``_get_attention_backend`` and the draft worker's ``_capture_cuda_graphs``
@@ -162,6 +160,7 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
             return backend_class()
 
     worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker.fast_off_path_blocker = None  # the fast off path's contract, checked on every release
     worker._draft_worker = DraftWorker()
     worker._target_worker = type("TargetWorker", (), {"model_runner": TargetRunner()})()
     with worker._one_token_backends_use_decode_kernels():
@@ -208,7 +207,7 @@ def test_the_steps0_build_defers_draft_kv_only_with_a_write_graph_and_no_blocker
                         lambda self: contextlib.nullcontext())  # its own test: above
     monkeypatch.setattr(worker_module, "DeferredDraftKV", lambda runner: ("deferred", runner))
     worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
-    worker.deferral_blocker, worker.deferred_draft_kv = None, None
+    worker.deferral_blocker, worker.deferred_draft_kv, worker.fast_off_path_blocker = None, None, None
     worker.build_adaptive_runtime_state(worker_module.PLAIN_STEPS, 1)
     assert worker.deferred_draft_kv == (("deferred", graphs) if graphs and not blocker else None)
     assert worker.deferral_blocker == (blocker or (None if graphs else NO_GRAPH))
@@ -223,3 +222,41 @@ def test_warns_when_upstream_skips_the_off_state_draft_extend(monkeypatch, caplo
     monkeypatch.setenv("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", "1")
     assert warn_if_off_state_skips_draft_extend()
     assert "stale draft KV cache" in caplog.text
+
+
+def test_the_fast_off_path_runs_only_on_a_release_it_passed_the_gpu_suite_on():
+    blocker = fast_off_path_blocker()
+    if installed_release() in FAST_OFF_PATH_RELEASES:
+        assert blocker is None
+    else:
+        assert blocker == f"not verified on a GPU with SGLang {installed_release()} (verified: 0.5.17)"
+
+
+def test_with_the_fast_off_path_off_the_steps0_state_is_upstreams_own(monkeypatch):
+    """The correctness-first path (a release without a GPU run): upstream builds the steps-0
+    state unchanged, and plain steps get upstream's verify input and stand-ins."""
+    built = []
+    monkeypatch.setattr(EAGLEWorkerV2, "build_adaptive_runtime_state",
+                        lambda self, steps, tokens, cuda_graph_bs=None: built.append((steps, tokens)) or "upstream's")
+    monkeypatch.setattr(EAGLEWorkerV2, "_build_trivial_verify_input", lambda self, batch: "upstream's input")
+    monkeypatch.setattr(EAGLEWorkerV2, "_stub_skipped_draft_extend", lambda self, batch, out: built.append("stubs"))
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker.fast_off_path_blocker = "not verified on a GPU with SGLang 9.9"
+    assert worker.build_adaptive_runtime_state(worker_module.PLAIN_STEPS, 1) == "upstream's"
+    assert worker._build_trivial_verify_input(SimpleNamespace()) == "upstream's input"
+    worker._stub_skipped_draft_extend(SimpleNamespace(), SimpleNamespace())
+    assert built == [(0, 1), "stubs"]
+
+
+@pytest.mark.parametrize("requested", [False, True])
+def test_a_worker_the_gates_switching_would_break_is_refused_on_its_release(requested):
+    """0.5.23 keeps QSA's MTP index sharing on unless --speculative-adaptive: the gate's state
+    switching would break it there. The built worker stands in (building one needs a GPU)."""
+    hf_config = SimpleNamespace(index_share_for_mtp_iteration=requested)
+    draft_runner = SimpleNamespace(model_config=SimpleNamespace(hf_config=hf_config))
+    reason = installed().why_the_gate_cannot_drive(SimpleNamespace(_draft_worker=SimpleNamespace(
+        draft_runner=draft_runner)))
+    if installed_release() == "0.5.23" and requested:
+        assert "index_share_for_mtp_iteration" in reason
+    else:
+        assert reason is None

@@ -1,22 +1,24 @@
 """The gate's ServerArgs fields: declaration, environment precedence and validation.
 
-``GateServerArgs`` subclasses SGLang's ServerArgs dataclass and replaces it through the
-plugin hook registry (see hooks.py), so the fields behave like native ones: CLI flags in
-``--help``, ``--config`` YAML keys, ``sglang.Engine`` kwargs, ``/server_info``, and pickling
-into the scheduler processes all come from SGLang's own dataclass machinery.
+Each supported SGLang release has a ``GateServerArgs`` (sglang_versions/) that subclasses its
+ServerArgs with the fields declared here (GATE_FIELDS) and replaces it through the plugin hook
+registry (see hooks.py), so the fields behave like native ones: CLI flags in ``--help``,
+``--config`` YAML keys, ``sglang.Engine`` kwargs, ``/server_info``, and pickling into the
+scheduler processes all come from SGLang's own argument machinery. What they resolve to and
+which combinations are refused is decided here, the same on every release; the release's
+adapter only says when (0.5.17: in ``__post_init__``; 0.5.23: in its resolution pipeline).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import logging
 import os
 import sys
 from typing import Callable, List, Optional, Union
 
 from sglang.srt.arg_groups.arg_utils import A, Arg, NS
-from sglang.srt.server_args import ServerArgs
 
 from sglang_specgate.auto_policy import AutoGateConfig
 from sglang_specgate.policy import GateConfig
@@ -76,9 +78,11 @@ def parse_candidate_steps(value: object) -> list[int]:
     raise ValueError(f"must be draft step counts separated by commas, such as 0,1,3; got {value!r}")
 
 
-@dataclasses.dataclass
-class GateServerArgs(ServerArgs):
-    speculative_disable_batch_threshold: A[
+# The gate's ServerArgs fields, declared once: each release's GateServerArgs (sglang_versions/)
+# takes them as its own annotated fields with these defaults, so SGLang's argument machinery
+# gives them a CLI flag, --help, a --config key, an Engine kwarg and a place in /server_info.
+GATE_FIELDS = {
+    "speculative_disable_batch_threshold": (A[
         Union[int, str, None],
         Arg(
             help=(
@@ -92,10 +96,11 @@ class GateServerArgs(ServerArgs):
                 "--speculative-eagle-topk 1."
             ),
             type_parser=_argparse_type(parse_threshold),
+            resolvable=True,
         ),
         NS("spec"),
-    ] = None
-    speculative_gate_dwell_steps: A[
+    ], None),
+    "speculative_gate_dwell_steps": (A[
         int,
         Arg(
             help=(
@@ -103,10 +108,11 @@ class GateServerArgs(ServerArgs):
                 f"before speculation resumes (anti-flapping). Default {DEFAULT_DWELL_STEPS}."
             ),
             type_parser=_argparse_type(parse_count),
+            resolvable=True,
         ),
         NS("spec"),
-    ] = DEFAULT_DWELL_STEPS
-    speculative_gate_reenable_threshold: A[
+    ], DEFAULT_DWELL_STEPS),
+    "speculative_gate_reenable_threshold": (A[
         Optional[int],
         Arg(
             help=(
@@ -114,10 +120,11 @@ class GateServerArgs(ServerArgs):
                 f"(hysteresis), from 1 to {THRESHOLD_FLAG}. Default: that threshold."
             ),
             type_parser=_argparse_type(parse_count),
+            resolvable=True,
         ),
         NS("spec"),
-    ] = None
-    speculative_gate_candidate_steps: A[
+    ], None),
+    "speculative_gate_candidate_steps": (A[
         Optional[List[int]],
         Arg(
             help=(
@@ -126,99 +133,101 @@ class GateServerArgs(ServerArgs):
                 "every count from 0 to --speculative-num-steps."
             ),
             type_parser=_argparse_type(parse_candidate_steps),
+            resolvable=True,
         ),
         NS("spec"),
-    ] = None
+    ], None),
+}
 
-    def __post_init__(self):
-        # Fields are writable until SGLang's resolution materializes them at the end of
-        # super().__post_init__(), so the gate's own fields are resolved first.
-        setting = self._resolve_gate_fields()
-        if setting.n:
-            _require_active_hooks(setting)
-        # Without --speculative-num-steps SGLang picks all three drafting parameters itself
-        # (speculative_hook.py:588-601): tree drafting, topk 4, for Llama targets.
-        drafting_chosen_by_sglang = self.speculative_num_steps is None and not self.speculative_adaptive
-        super().__post_init__()
-        if setting.n and self.model_path.lower() not in ("none", "dummy"):
-            validate_gate_combination(self, setting, drafting_chosen_by_sglang)
 
-    def _resolve_gate_fields(self) -> ThresholdSetting:
-        host_seq_lens_enabled()  # read again in the scheduler processes; garbage fails here first
-        setting = self._threshold_setting()
-        dwell = non_negative_int(self.speculative_gate_dwell_steps, DWELL_FLAG)
-        reenable = self.speculative_gate_reenable_threshold
-        if reenable is not None:
-            reenable = non_negative_int(reenable, REENABLE_FLAG)
-        candidates = self.speculative_gate_candidate_steps
+def gate_field_namespace() -> dict:
+    """GATE_FIELDS as a class body holds them: ``locals().update(gate_field_namespace())`` in a
+    ServerArgs subclass's body declares them for dataclasses and msgspec Structs alike."""
+    return {"__annotations__": {name: annotation for name, (annotation, _) in GATE_FIELDS.items()},
+            **{name: default for name, (_, default) in GATE_FIELDS.items()}}
+
+
+def resolve_gate_fields(given: dict, speculates: bool) -> tuple[dict, ThresholdSetting]:
+    """The gate's fields as resolution leaves them, from the values ``given`` (a flag, YAML key
+    or kwarg; None where unset) and the environment, and where the threshold came from.
+    ``speculates``: an algorithm was given (read before SGLang resolves it; SGLang never sets
+    one where none was given)."""
+    host_seq_lens_enabled()  # read again in the scheduler processes; garbage fails here first
+    setting = _threshold_setting(given["speculative_disable_batch_threshold"], speculates)
+    dwell = non_negative_int(given["speculative_gate_dwell_steps"], DWELL_FLAG)
+    reenable = given["speculative_gate_reenable_threshold"]
+    if reenable is not None:
+        reenable = non_negative_int(reenable, REENABLE_FLAG)
+    candidates = given["speculative_gate_candidate_steps"]
+    if candidates is not None:
+        try:
+            candidates = parse_candidate_steps(candidates)
+        except ValueError as e:
+            raise SpecGateConfigError(f"{CANDIDATES_FLAG} {e}.") from None
+    if not setting.n:
+        _warn_knobs_without_gate(dwell, reenable, candidates, setting)
+        reenable, candidates = 0, None
+    elif setting.auto:
+        if reenable:  # 0: what SGLang re-resolving resolved args passes back
+            raise SpecGateConfigError(
+                f"{REENABLE_FLAG} {reenable} does not apply to {setting}: the auto gate has "
+                f"no threshold to resume below. Drop {REENABLE_FLAG}, or give a threshold N."
+            )
+        reenable = 0
+    else:
         if candidates is not None:
-            try:
-                candidates = parse_candidate_steps(candidates)
-            except ValueError as e:
-                raise SpecGateConfigError(f"{CANDIDATES_FLAG} {e}.") from None
-        if not setting.n:
-            _warn_knobs_without_gate(dwell, reenable, candidates, setting)
-            reenable, candidates = 0, None
-        elif setting.auto:
-            if reenable:  # 0: what SGLang re-resolving resolved args passes back
-                raise SpecGateConfigError(
-                    f"{REENABLE_FLAG} {reenable} does not apply to {setting}: the auto gate has "
-                    f"no threshold to resume below. Drop {REENABLE_FLAG}, or give a threshold N."
-                )
-            reenable = 0
-        else:
-            if candidates is not None:
-                logger.warning("%s %s: no effect with %s; it applies to %s %s only. Drop it, or "
-                               "use %s.", CANDIDATES_FLAG, ",".join(map(str, candidates)), setting,
-                               THRESHOLD_FLAG, AUTO, AUTO)
-                candidates = None
-            if reenable is None:
-                reenable = setting.n
-            elif not 1 <= reenable <= setting.n:
-                raise SpecGateConfigError(
-                    f"{REENABLE_FLAG} {reenable} must be from 1 to the threshold ({setting}): "
-                    "decode batches hold at least one request, and speculation resumes only at or "
-                    "below it. Change it, or leave it unset to resume at the threshold."
-                )
-        self.speculative_disable_batch_threshold = setting.n
-        self.speculative_gate_dwell_steps = dwell
-        self.speculative_gate_reenable_threshold = reenable
-        self.speculative_gate_candidate_steps = candidates
-        return setting
+            logger.warning("%s %s: no effect with %s; it applies to %s %s only. Drop it, or "
+                           "use %s.", CANDIDATES_FLAG, ",".join(map(str, candidates)), setting,
+                           THRESHOLD_FLAG, AUTO, AUTO)
+            candidates = None
+        if reenable is None:
+            reenable = setting.n
+        elif not 1 <= reenable <= setting.n:
+            raise SpecGateConfigError(
+                f"{REENABLE_FLAG} {reenable} must be from 1 to the threshold ({setting}): "
+                "decode batches hold at least one request, and speculation resumes only at or "
+                "below it. Change it, or leave it unset to resume at the threshold."
+            )
+    return {"speculative_disable_batch_threshold": setting.n, "speculative_gate_dwell_steps": dwell,
+            "speculative_gate_reenable_threshold": reenable,
+            "speculative_gate_candidate_steps": candidates}, setting
 
-    def _threshold_setting(self) -> ThresholdSetting:
-        """The flag, kwarg or YAML value, else the environment (threshold_setting), which a
-        server that does not speculate ignores, and says so. A server that speculates some
-        other way is refused either way (validate_gate_combination): gating its speculation
-        was asked for and cannot be done. The raw algorithm is read, before SGLang resolves
-        it; SGLang never sets one where none was given."""
-        explicit = self.speculative_disable_batch_threshold
-        setting = threshold_setting(None if explicit is None else threshold_value(explicit, THRESHOLD_FLAG),
-                                    threshold_from_env, speculates=self.speculative_algorithm is not None)
-        if setting.ignored_env:
-            logger.warning("%s=%s in the environment: no effect, this server does not speculate (no "
-                           "--speculative-algorithm). Unset it for such servers to drop this warning.",
-                           THRESHOLD_ENV, setting.ignored_env)
-        return setting
 
-    def gate_is_auto(self) -> bool:
-        return self.speculative_disable_batch_threshold == AUTO
+def _threshold_setting(explicit, speculates: bool) -> ThresholdSetting:
+    """The flag, kwarg or YAML value, else the environment (threshold_setting), which a
+    server that does not speculate ignores, and says so. A server that speculates some
+    other way is refused either way (validate_gate_combination): gating its speculation
+    was asked for and cannot be done."""
+    setting = threshold_setting(None if explicit is None else threshold_value(explicit, THRESHOLD_FLAG),
+                                threshold_from_env, speculates=speculates)
+    if setting.ignored_env:
+        logger.warning("%s=%s in the environment: no effect, this server does not speculate (no "
+                       "--speculative-algorithm). Unset it for such servers to drop this warning.",
+                       THRESHOLD_ENV, setting.ignored_env)
+    return setting
 
-    def gate_config(self) -> GateConfig:
-        """The threshold gate's configuration; off (threshold 0) for the auto gate."""
-        threshold = self.speculative_disable_batch_threshold
-        return GateConfig(
-            threshold=0 if threshold in (None, AUTO) else threshold,
-            reenable_threshold=self.speculative_gate_reenable_threshold or 0,
-            dwell_steps=self.speculative_gate_dwell_steps,
-        )
 
-    def auto_gate_config(self) -> AutoGateConfig:
-        """The auto gate's configuration (resolved args of a server with the auto gate)."""
-        candidates = self.speculative_gate_candidate_steps
-        if candidates is None:
-            candidates = range(self.speculative_num_steps + 1)
-        return AutoGateConfig(candidates=tuple(sorted(candidates)), dwell_steps=self.speculative_gate_dwell_steps)
+def gate_is_auto(resolved) -> bool:
+    """Whether resolved args (a record or a release's resolved view) ask for the auto gate."""
+    return getattr(resolved, "speculative_disable_batch_threshold", None) == AUTO
+
+
+def gate_config(resolved) -> GateConfig:
+    """The threshold gate's configuration from resolved args; off (threshold 0) for the auto gate."""
+    threshold = getattr(resolved, "speculative_disable_batch_threshold", None)
+    return GateConfig(
+        threshold=0 if threshold in (None, AUTO) else threshold,
+        reenable_threshold=getattr(resolved, "speculative_gate_reenable_threshold", None) or 0,
+        dwell_steps=getattr(resolved, "speculative_gate_dwell_steps", DEFAULT_DWELL_STEPS),
+    )
+
+
+def auto_gate_config(resolved) -> AutoGateConfig:
+    """The auto gate's configuration from resolved args of a server with the auto gate."""
+    candidates = getattr(resolved, "speculative_gate_candidate_steps", None)
+    if candidates is None:
+        candidates = range(resolved.speculative_num_steps + 1)
+    return AutoGateConfig(candidates=tuple(sorted(candidates)), dwell_steps=resolved.speculative_gate_dwell_steps)
 
 
 def threshold_value(value: object, source: str) -> int | str:
@@ -277,9 +286,11 @@ def host_seq_lens_enabled() -> bool:
 
 
 # (predicate on resolved args, what is wrong, the fix). Each combination would either
-# desynchronise ranks, use a worker other than EAGLEWorkerV2, or bypass the gate.
-_UNSUPPORTED: tuple[tuple[Callable[[ServerArgs], bool], str, str], ...] = (
-    (lambda a: a.enable_dp_attention, "--enable-dp-attention",
+# desynchronise ranks, use a worker other than EAGLEWorkerV2, or bypass the gate. A field one
+# release lacks is read with a default; {dp_attention}: the release's flags for it.
+_UNSUPPORTED: tuple[tuple[Callable[[object], bool], str, str], ...] = (
+    # 0.5.23 resolves the deprecated flag into attn_dp_size and leaves the flag's field false.
+    (lambda a: a.enable_dp_attention or getattr(a, "attn_dp_size", 1) > 1, "{dp_attention}",
      "DP ranks see different batch sizes, so their gate decisions would diverge"),
     (lambda a: a.pp_size > 1, "--pp-size > 1",
      "pipeline-parallel speculative decoding is not gated yet"),
@@ -298,10 +309,14 @@ _UNSUPPORTED: tuple[tuple[Callable[[ServerArgs], bool], str, str], ...] = (
      "plain steps verify without the draft's token distribution that rejection sampling "
      "needs, so the first sampled request in one would stop the scheduler "
      "(eagle_utils.py:784-791), and the step after one drafts from stand-ins"),
+    # 0.5.23 refuses these with --speculative-adaptive (hisparse_hook.py:123), whose runtime-state
+    # switching the gate uses too.
+    (lambda a: getattr(a, "enable_hisparse", False), "--enable-hisparse",
+     "HiSparse with speculative runtime-state switching is refused upstream"),
 )
 
 
-def _require_active_hooks(setting: ThresholdSetting) -> None:
+def require_active_hooks(setting: ThresholdSetting) -> None:
     # SGLang's plugin loader only logs a hook that failed to apply; a server asked for the
     # gate must not start without it.
     from sglang_specgate.hooks import inactive_targets
@@ -315,9 +330,10 @@ def _require_active_hooks(setting: ThresholdSetting) -> None:
         )
 
 
-def validate_gate_combination(args: ServerArgs, setting: ThresholdSetting,
+def validate_gate_combination(args, setting: ThresholdSetting,
                               drafting_chosen_by_sglang: bool = False) -> None:
-    """Reject what the gate cannot run and warn where it could never fire (resolved args).
+    """Reject what the gate cannot run and warn where it could never fire (``args``: resolved
+    args, a record or the release's resolved view).
     ``drafting_chosen_by_sglang``: no drafting parameter was given, so SGLang chose them."""
     algorithm = args.speculative_algorithm
     if algorithm not in GATED_ALGORITHMS:
@@ -337,29 +353,26 @@ def validate_gate_combination(args: ServerArgs, setting: ThresholdSetting,
             "--speculative-eagle-topk 1 together with --speculative-num-steps S "
             "--speculative-num-draft-tokens S+1 (the project measured S = 3)."
         )
+    from sglang_specgate.sglang_versions import installed
+
+    release = installed()
     for is_set, flag, reason in _UNSUPPORTED:
         if is_set(args):
             raise SpecGateConfigError(
-                f"{setting} cannot be combined with {flag}: {reason}. "
+                f"{setting} cannot be combined with {flag.format(dp_attention=release.DP_ATTENTION_FLAG)}: {reason}. "
                 f"Change one of the two ({setting.removal} to run without the gate)."
             )
 
     if setting.auto:
         _validate_auto_gate(args, setting)
     else:
-        _warn_where_the_threshold_cannot_act(args, setting)
-    slow = slow_off_path_backends(args)
-    if slow:
-        logger.warning(
-            "%s: speculation-off steps are fast on %s attention only; with %s they run "
-            "upstream's steps-0 kernels (not measured there; on Triton those ran at 0.29x a "
-            "plain server at 64 requests). Start with %s for the fast off path.",
-            setting, " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS), "; ".join(slow),
-            FAST_OFF_PATH_FIX,
-        )
+        _warn_where_the_threshold_cannot_act(args, setting, release)
+    slower = slower_off_path(args)
+    if slower:
+        logger.warning("%s: %s", setting, slower)
 
 
-def _validate_auto_gate(args: ServerArgs, setting: ThresholdSetting) -> None:
+def _validate_auto_gate(args, setting: ThresholdSetting) -> None:
     decode_graphs = _decode_graph_backend(args)
     if decode_graphs != FULL_DECODE_GRAPHS:
         raise SpecGateConfigError(
@@ -369,7 +382,7 @@ def _validate_auto_gate(args: ServerArgs, setting: ThresholdSetting) -> None:
             f"or give {THRESHOLD_FLAG} a number N."
         )
     try:
-        config = args.auto_gate_config()
+        config = auto_gate_config(args)
     except ValueError as e:
         raise SpecGateConfigError(f"{CANDIDATES_FLAG} {e}.") from None
     steps = args.speculative_num_steps
@@ -382,7 +395,7 @@ def _validate_auto_gate(args: ServerArgs, setting: ThresholdSetting) -> None:
         )
 
 
-def _warn_where_the_threshold_cannot_act(args: ServerArgs, setting: ThresholdSetting) -> None:
+def _warn_where_the_threshold_cannot_act(args, setting: ThresholdSetting, release) -> None:
     n = setting.n
     max_running = args.max_running_requests
     if max_running is not None and n >= max_running:
@@ -396,15 +409,37 @@ def _warn_where_the_threshold_cannot_act(args: ServerArgs, setting: ThresholdSet
     if graph_max_bs is not None and n > graph_max_bs:
         logger.warning(
             "%s is above the largest CUDA-graph decode batch (%d): speculating batches "
-            "of %d..%d requests run without CUDA graphs. Raise --cuda-graph-max-bs to %d.",
-            setting, graph_max_bs, graph_max_bs + 1, n, n,
+            "of %d..%d requests run without CUDA graphs. Raise %s to %d.",
+            setting, graph_max_bs, graph_max_bs + 1, n, release.DECODE_GRAPH_MAX_BS_FLAG, n,
         )
 
 
-def slow_off_path_backends(args: ServerArgs) -> list[str]:
+def slower_off_path(args) -> Optional[str]:
+    """Why speculation-off steps of a server with these resolved args run upstream's steps-0
+    state instead of the fast off path, as a sentence with the fix, or None."""
+    from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed_release
+
+    release = installed_release()
+    if release not in FAST_OFF_PATH_RELEASES:
+        return (f"speculation-off steps run upstream's steps-0 state on SGLang {release}: the gate's fast "
+                "off path has not run on a GPU with this release, so it stays off (correct, slower: on "
+                "SGLang 0.5.17 with Triton those steps ran at 0.29x a plain server at 64 requests). For the "
+                f"fast off path use SGLang {' or '.join(FAST_OFF_PATH_RELEASES)}.")
+    slow = slow_off_path_backends(args)
+    if not slow:
+        return None
+    return (f"speculation-off steps are fast on {' or '.join(FAST_OFF_PATH_ATTENTION_BACKENDS)} attention "
+            f"only; with {'; '.join(slow)} they run upstream's steps-0 kernels (not measured there; on "
+            "Triton those ran at 0.29x a plain server at 64 requests). Start with "
+            f"{FAST_OFF_PATH_FIX} for the fast off path.")
+
+
+def slow_off_path_backends(args) -> list[str]:
     """The attention settings (resolved args; SGLang picks FA3 by default on Hopper) that would
     build the off state's target-verify or draft-extend backend outside the fast off path."""
-    prefill, decode = args.get_attention_backends()
+    from sglang_specgate.sglang_versions import installed
+
+    prefill, decode = installed().attention_backends(args)
     if prefill != decode:  # SGLang composes a HybridAttnBackend of the two
         target = [f"--prefill-attention-backend {prefill} and --decode-attention-backend {decode} (hybrid)"]
     elif prefill not in FAST_OFF_PATH_ATTENTION_BACKENDS:
@@ -417,12 +452,12 @@ def slow_off_path_backends(args: ServerArgs) -> list[str]:
     return target
 
 
-def _decode_graph_backend(args: ServerArgs) -> Optional[str]:
+def _decode_graph_backend(args) -> Optional[str]:
     """What resolution made of --cuda-graph-backend-decode, --disable-cuda-graph and the rest."""
     return getattr(getattr(getattr(args, "cuda_graph_config", None), "decode", None), "backend", None)
 
 
-def _largest_decode_graph_batch(args: ServerArgs) -> Optional[int]:
+def _largest_decode_graph_batch(args) -> Optional[int]:
     if args.disable_cuda_graph:
         return None
     decode = getattr(getattr(args, "cuda_graph_config", None), "decode", None)
@@ -435,9 +470,20 @@ def _largest_decode_graph_batch(args: ServerArgs) -> Optional[int]:
 def exit_on_config_error(prepare_server_args, *args, **kwargs):
     """AROUND hook on ``prepare_server_args``: a gate misconfiguration on the command line
     ends like an argparse error (message + exit status 2), not a traceback. Python callers
-    (``sglang.Engine``) still get the exception."""
+    (``sglang.Engine``) still get the exception. Where the release resolves the record later
+    (0.5.23: run_server's resolve_once), the record is marked to end the same way then."""
+    from sglang_specgate.sglang_versions import installed
+
+    with usage_error_on_config_error():
+        server_args = prepare_server_args(*args, **kwargs)
+    return installed().from_command_line(server_args)
+
+
+@contextlib.contextmanager
+def usage_error_on_config_error():
+    """A SpecGateConfigError raised in the block ends the process like an argparse error."""
     try:
-        return prepare_server_args(*args, **kwargs)
+        yield
     except SpecGateConfigError as e:
         print(f"sglang: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -9,14 +9,19 @@ decision of the step it verified, and report the same readings to Prometheus.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
+from typing import Callable
 
 from sglang_specgate.auto_policy import AutoGateConfig, AutoGatePolicy
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.reenable import ReenableAcceptance
-from sglang_specgate.step_costs import StepCostTable
+from sglang_specgate.step_cost_calibration import calibrate, cuda_graph_time
 from sglang_specgate.threshold_setting import AUTO
+
+logger = logging.getLogger(__name__)
 
 PLAIN_STEPS = 0  # upstream's steps-0 state: no drafting, one-token verify
 # A bound, not a tuning knob: at most one step is in flight under the overlap scheduler.
@@ -56,6 +61,9 @@ class LaunchedSteps:
     def cuda_graph_bs_for_step(self, step: int):
         return None  # capture every decode graph size for every state
 
+    def states_built(self, states: dict) -> None:
+        """The controller built every candidate's state (``states`` by draft steps)."""
+
     def _decide(self, batch_size: int) -> int:
         raise NotImplementedError
 
@@ -92,18 +100,26 @@ class ThresholdGateParams(LaunchedSteps):
 
 
 class AutoGateParams(LaunchedSteps):
-    """The auto gate. Its policy exists once ``calibrated`` gave it the cost table, which the
-    controller measures after building every candidate's state and before the first step."""
+    """The auto gate. Its policy exists once the candidates' states are built and their cost
+    table measured (step_cost_calibration.py), before the first decode step.
+    ``broadcast_from_rank0``: this rank's table as JSON in, rank 0's out."""
 
-    def __init__(self, config: AutoGateConfig, switch_log: SwitchLog | None = None):
+    def __init__(self, config: AutoGateConfig, broadcast_from_rank0: Callable[[str], str],
+                 time_replays=cuda_graph_time, switch_log: SwitchLog | None = None):
         super().__init__(list(config.candidates), switch_log)
         self.config = config
+        self.broadcast_from_rank0 = broadcast_from_rank0
+        self.time_replays = time_replays
         self.policy: AutoGatePolicy | None = None
         self.calibration_s: float | None = None
 
-    def calibrated(self, costs: StepCostTable, seconds: float) -> None:
+    def states_built(self, states: dict) -> None:
+        started = time.perf_counter()  # reported only: every rank decides on rank 0's table
+        costs = calibrate({k: states[k] for k in self.candidate_steps}, self.broadcast_from_rank0, self.time_replays)
+        self.calibration_s = time.perf_counter() - started
         self.policy = AutoGatePolicy(self.config, costs)
-        self.calibration_s = seconds
+        logger.info("spec gate (auto): measured the step cost table in %.1f s: %s", self.calibration_s,
+                    costs.to_json())
 
     def _decide(self, batch_size: int) -> int:
         policy = self.policy

@@ -1,7 +1,7 @@
 """``python -m sglang_specgate doctor``: is the gate installed and able to run here?
 
-Checks, in a fresh process, what a server would do at start-up: the SGLang version, entry
-point discovery by SGLang's own loader, every hook target and runtime-patched name resolving,
+Checks, in a fresh process, what a server would do at start-up: the SGLang version (and what
+has run on a GPU with it), entry point discovery by SGLang's own loader, every hook target and runtime-patched name resolving,
 every hook being applied, the effective threshold (from arguments and the environment),
 whether the attention backends give the fast off path (a warning, not a problem) and whether
 FlashInfer's plain steps take the gate's host sequence lengths. Exit status 1 on any problem.
@@ -18,8 +18,11 @@ ENTRY_POINT_NAME = "spec_gate"
 
 def run(server_argv: list[str]) -> int:
     from sglang_specgate import hooks
+    from sglang_specgate.sglang_versions import (FAST_OFF_PATH_RELEASES, INSTALL_HINT, IncompatibleSGLangError,
+                                                 check_sglang_version)
 
     problems = []
+    release = None  # the supported release installed, once known
 
     def report(ok: bool, what: str, detail: str = "", level: str = "FAIL") -> None:
         """``level`` is how a not-ok check is shown: FAIL counts as a problem, warn does not."""
@@ -31,15 +34,19 @@ def run(server_argv: list[str]) -> int:
         import sglang
     except ImportError as e:  # pip install --no-deps, or another environment's interpreter
         sglang = None
-        report(False, "SGLang version", f"SGLang does not import here ({e}). Install it: "
-               f"pip install sglang=={hooks.SUPPORTED_SGLANG_VERSIONS[-1]}")
+        report(False, "SGLang version", f"SGLang does not import here ({e}). Install it: {INSTALL_HINT}")
     else:
         try:
-            hooks.check_sglang_version(sglang.__version__)
+            release = check_sglang_version(sglang.__version__)
             report(True, "SGLang version", sglang.__version__)
-        except hooks.IncompatibleSGLangError as e:
-            report(False, "SGLang version", f"{e} Install a supported SGLang (pip install "
-                   f"sglang=={hooks.SUPPORTED_SGLANG_VERSIONS[-1]}), or uninstall sglang-specgate.")
+            on_gpu = release in FAST_OFF_PATH_RELEASES
+            report(on_gpu, "verified on a GPU", f"SGLang {release}: the gate and its fast off path" if on_gpu else
+                   f"not SGLang {release}: its hooks pass the CPU suite only, so the fast off path stays off "
+                   "and off steps run upstream's steps-0 state (correct, slower); verified on a GPU: "
+                   f"SGLang {', '.join(FAST_OFF_PATH_RELEASES)}", level="warn")
+        except IncompatibleSGLangError as e:
+            report(False, "SGLang version", f"{e} Install a supported SGLang ({INSTALL_HINT}), or "
+                   "uninstall sglang-specgate.")
 
     ours = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == ENTRY_POINT_NAME]
     report(bool(ours), "entry point", f"{ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME}")
@@ -47,23 +54,24 @@ def run(server_argv: list[str]) -> int:
     if allowed and ENTRY_POINT_NAME not in {x.strip() for x in allowed.split(",")}:
         report(False, "SGLANG_PLUGINS", f"{allowed!r} excludes {ENTRY_POINT_NAME}")
 
-    if sglang is not None:
-        for target in hooks.unresolved_targets():
+    if release is not None:
+        for target in hooks.unresolved_targets(release):
             report(False, "SGLang internal resolves", target)
     if not problems:
         from sglang.srt.plugins import load_plugins
 
         load_plugins()  # SGLang's own loader: discovery, registration, application
         inactive = hooks.inactive_targets()
-        for hook in hooks.HOOKS:
+        for hook in hooks.hooks_for(release):
             report(hook.target not in inactive, f"hook {hook.kind} applied", hook.target)
 
     if not problems:
-        # Only now: args subclasses SGLang's ServerArgs, which an unsupported SGLang may not allow
-        # (0.5.23's is a msgspec Struct), and the version check above has said so already.
-        from sglang_specgate.args import (FAST_OFF_PATH_FIX, HOST_SEQ_LENS_ENV, THRESHOLD_ENV,
-                                          SpecGateConfigError, host_seq_lens_enabled,
-                                          slow_off_path_backends, threshold_from_env)
+        # Only now: args imports SGLang's argument machinery, which an unsupported SGLang may not
+        # have, and the version check above has said so already.
+        from sglang_specgate.args import (HOST_SEQ_LENS_ENV, THRESHOLD_ENV, SpecGateConfigError,
+                                          auto_gate_config, gate_config, gate_is_auto, host_seq_lens_enabled,
+                                          slower_off_path, threshold_from_env)
+        from sglang_specgate.sglang_versions import installed
 
         if not server_argv:  # with them, their resolution reads it, where a flag does not win
             try:
@@ -74,7 +82,8 @@ def run(server_argv: list[str]) -> int:
         try:
             report(True, "host sequence lengths for plain steps (FlashInfer)",
                    f"{'on' if host_seq_lens_enabled() else 'off'} "
-                   f"({HOST_SEQ_LENS_ENV}={os.environ.get(HOST_SEQ_LENS_ENV, '<unset>')})")
+                   f"({HOST_SEQ_LENS_ENV}={os.environ.get(HOST_SEQ_LENS_ENV, '<unset>')})"
+                   + ("" if release in FAST_OFF_PATH_RELEASES else "; unused on this release: part of the fast off path"))
         except SpecGateConfigError as e:
             report(False, HOST_SEQ_LENS_ENV, str(e))
         if server_argv:
@@ -82,6 +91,7 @@ def run(server_argv: list[str]) -> int:
 
             try:
                 args = prepare_server_args(server_argv)
+                installed().resolve(args)  # 0.5.23 resolves after prepare_server_args
             except SystemExit as e:  # argparse, or a gate misconfiguration (args.exit_on_config_error)
                 report(False, "server arguments resolve", f"refused with exit status {e.code}, for the "
                        "reason printed above")
@@ -89,9 +99,10 @@ def run(server_argv: list[str]) -> int:
                 # is a finding to report, not a crash of the doctor
                 report(False, "server arguments resolve", f"{type(e).__name__}: {e}")
             else:
-                cfg = args.gate_config()
-                if args.gate_is_auto():
-                    auto = args.auto_gate_config()
+                resolved = installed().resolved(args)
+                cfg = gate_config(resolved)
+                if gate_is_auto(resolved):
+                    auto = auto_gate_config(resolved)
                     report(True, "effective gate", f"auto: draft steps chosen per decode step from "
                            f"{list(auto.candidates)}, a move held for {auto.dwell_steps} steps; "
                            "its cost table is measured at start-up")
@@ -99,12 +110,9 @@ def run(server_argv: list[str]) -> int:
                     report(True, "effective gate", f"threshold {cfg.threshold}, re-enable <= "
                            f"{cfg.reenable_threshold} after {cfg.dwell_steps} steps"
                            if cfg.enabled else "off (threshold 0)")
-                if cfg.enabled or args.gate_is_auto():
-                    slow = slow_off_path_backends(args)
-                    if slow:
-                        report(False, "fast off path", f"not with {'; '.join(slow)}: off steps run "
-                               f"upstream's steps-0 kernels; start with {FAST_OFF_PATH_FIX}", level="warn")
-                    else:
-                        report(True, "fast off path", f"{args.get_attention_backends()[1]} attention")
+                if cfg.enabled or gate_is_auto(resolved):
+                    slower = slower_off_path(resolved)
+                    report(not slower, "fast off path",
+                           slower or f"{installed().attention_backends(resolved)[1]} attention", level="warn")
     print("doctor: " + ("all checks passed" if not problems else f"{len(problems)} problem(s)"))
     return 1 if problems else 0

@@ -1,12 +1,14 @@
 """Every way sglang-specgate changes SGLang, in one place.
 
 Each entry says what it hooks, why, how, which upstream code it depends on and when it can
-go. ``register_hooks`` is the only code that hands these to SGLang's ``HookRegistry``; the
-test suite checks that every entry is applied in a fresh SGLang process and that nothing
-else is patched. What the gate changes on SGLang objects while it runs is registered in
-runtime_patches.py, and start-up checks those names too (``unresolved_targets``). Start-up
-fails loudly (see plugin.py) if the SGLang version is not one we have verified or if any
-target no longer resolves.
+go, and on which SGLang releases it has been verified (``verified_on``: on a GPU, or by the CPU
+suite alone); a hook is registered only on the releases it names. ``register_hooks`` is the only
+code that hands these to SGLang's ``HookRegistry`` (and, on 0.5.23, to its resolution pipeline's
+``register_resolution_hook``); the test suite checks that every entry of the installed release
+is applied in a fresh SGLang process and that nothing else is patched. What the gate changes on
+SGLang objects while it runs is registered in runtime_patches.py, and start-up checks those
+names too (``unresolved_targets``). Start-up fails loudly (see plugin.py) if the SGLang version
+is not a supported release or if any target no longer resolves.
 
 Implementations are named as ``module:attribute`` and resolved on first call, so loading
 the plugin in the launcher does not import the GPU worker code; class replacements are
@@ -17,56 +19,67 @@ from __future__ import annotations
 
 import functools
 import pkgutil
-from dataclasses import dataclass
-
-from packaging.version import InvalidVersion, Version
+from dataclasses import dataclass, field
 
 from sglang_specgate import runtime_patches
+from sglang_specgate.sglang_versions import (ADAPTERS, CPU_0_5_23, GPU_0_5_17, GPU_0_5_17_CPU_0_5_23,
+                                             installed_release)
 
-# Releases whose internals the hooks were written and tested against. A build of one of them
-# (0.5.17.post1, 0.5.17+cu130) is that release: the start-up check of every name the gate
-# touches (unresolved_targets) backs that up.
-SUPPORTED_SGLANG_VERSIONS = ("0.5.17",)
-SUPPORTED_SGLANG = " or ".join(f"SGLang {v}" for v in SUPPORTED_SGLANG_VERSIONS) + " (any build of it)"
+# A hook kind of SGLang 0.5.23's resolution pipeline, not of HookRegistry: the target is the
+# pipeline step a wrapper is registered for (register_resolution_hook, by its name).
+RESOLUTION = "RESOLUTION"
 
 
 @dataclass(frozen=True)
 class Hook:
-    target: str  # dotted path handed to HookRegistry
-    kind: str  # HookType name: REPLACE, AROUND, AFTER
-    implementation: str  # "module:attribute" of ours
+    target: str  # dotted path handed to HookRegistry (for RESOLUTION: the wrapped step)
+    kind: str  # HookType name: REPLACE, AROUND, AFTER; or RESOLUTION
+    implementation: str  # "module:attribute" of ours; {adapter}: the release's sglang_versions module
     why: str
     how: str
-    upstream: str  # the SGLang 0.5.17 code it relies on
+    upstream: str  # the SGLang code it relies on, per release
     removal: str  # when it can go
+    verified_on: dict = field(compare=False)  # release -> sglang_versions.GPU or CPU; registered on these releases only
+
+    def implementation_for(self, release: str) -> str:
+        return self.implementation.format(adapter=ADAPTERS[release])
 
 
 HOOKS: tuple[Hook, ...] = (
     Hook(
         target="sglang.srt.server_args.ServerArgs",
         kind="REPLACE",
-        implementation="sglang_specgate.args:GateServerArgs",
+        implementation="sglang_specgate.sglang_versions.{adapter}:GateServerArgs",
         why="Make --speculative-disable-batch-threshold (and the dwell/re-enable knobs) real "
         "ServerArgs fields instead of a text patch of server_args.py (the seeds' crash).",
-        how="A dataclass subclass with three A[..., Arg, NS('spec')] fields; SGLang's "
-        "class REPLACE rebinds every module-level `ServerArgs` name, so add_cli_args, "
-        "prepare_server_args, from_cli_args, --config and pickling use it unchanged.",
-        upstream="srt/server_args.py:438 (dataclass), :8214 add_cli_args, :9344 "
-        "prepare_server_args; srt/arg_groups/arg_utils.py:58-98 (A, Arg, NS).",
+        how="A subclass with the three A[..., Arg, NS('spec')] fields of args.GATE_FIELDS: a "
+        "dataclass on 0.5.17, a msgspec Struct on 0.5.23. SGLang's class REPLACE rebinds every "
+        "module-level `ServerArgs` name, so add_cli_args, prepare_server_args, from_cli_args, "
+        "--config and pickling use it unchanged; 0.5.23's config bags find the fields by their "
+        "NS marker.",
+        upstream="0.5.17: srt/server_args.py:438 (dataclass), :8214 add_cli_args, :9344 "
+        "prepare_server_args; srt/arg_groups/arg_utils.py:58-98 (A, Arg, NS). 0.5.23: "
+        "srt/server_args.py:231-563 (the defstruct, add_cli_args :351, from_cli_args :446, "
+        "__setattr__'s seal :474, __reduce__ :498), :668 prepare_server_args; "
+        "arg_groups/arg_utils.py:59-103 (A, Arg, NS), :106 namespace_of (NS markers); "
+        "runtime_context.py:869-907 (config bags).",
         removal="When SGLang ships a native batch-threshold flag (no upstream PR merged as "
-        "of 0.5.23; #13376 was closed), or via register_resolution_hook on 0.5.23+.",
+        "of 0.5.23; #13376 was closed).",
+        verified_on=GPU_0_5_17_CPU_0_5_23,
     ),
     Hook(
         target="sglang.srt.entrypoints.engine.Engine.server_args_class",
         kind="REPLACE",
-        implementation="sglang_specgate.args:GateServerArgs",
+        implementation="sglang_specgate.sglang_versions.{adapter}:GateServerArgs",
         why="sglang.Engine(**kwargs) builds its args from a class attribute, which SGLang's "
         "class REPLACE does not rebind (it only rebinds module globals).",
         how="Set the attribute to GateServerArgs so Engine(speculative_disable_batch_threshold=N) "
         "is accepted and validated like the CLI flag.",
-        upstream="srt/entrypoints/engine.py:211 (server_args_class), :235 (construction).",
+        upstream="srt/entrypoints/engine.py:211 (server_args_class), :235 (construction); "
+        "0.5.23: :264, :297.",
         removal="When HookRegistry propagates class replacements to class attributes, or "
         "with the ServerArgs hook.",
+        verified_on=GPU_0_5_17_CPU_0_5_23,
     ),
     Hook(
         target="sglang.srt.server_args.prepare_server_args",
@@ -75,11 +88,31 @@ HOOKS: tuple[Hook, ...] = (
         why="A gate misconfiguration found during resolution (e.g. the threshold without "
         "EAGLE) would otherwise reach the user as a Python traceback.",
         how="Catch SpecGateConfigError, print it argparse-style and exit with status 2; "
-        "other errors pass through untouched.",
+        "other errors pass through untouched. 0.5.23 resolves later, in run_server's "
+        "resolve_once: the record it returns is marked to end the same way there "
+        "(GateServerArgs.resolve_once).",
         upstream="srt/server_args.py:9344 prepare_server_args (launch_server.py:68, "
-        "cli/serve.py:139).",
+        "cli/serve.py:139); 0.5.23: server_args.py:668, launch_server.py:29 and :81 "
+        "(resolve_once in run_server), cli/serve.py:105-106.",
         removal="With the ServerArgs hook, or when SGLang reports ValueErrors from "
         "resolution without a traceback.",
+        verified_on=GPU_0_5_17_CPU_0_5_23,
+    ),
+    Hook(
+        target="sglang.srt.arg_groups.speculative_hook.handle_speculative_decoding",
+        kind=RESOLUTION,
+        implementation="sglang_specgate.sglang_versions.v0_5_23:resolve_gate",
+        why="0.5.23's resolution never writes the record and runs after prepare_server_args: "
+        "the gate's fields must be resolved (environment precedence) and validated inside "
+        "its pipeline, where 0.5.17 did it in __post_init__.",
+        how="SGLang's own plugin API for a resolution step: a wrapper of the speculative step "
+        "declares the gate's fields (declare_resolution) from the raw flags and the "
+        "environment, calls the step, then validates the combination on what it resolved.",
+        upstream="0.5.23: srt/arg_groups/resolution_hooks.py:14-146 (register_resolution_hook, "
+        "the whitelist :81), pipeline.py:304-306 (the step), overrides.py:110-135 "
+        "(declare_resolution), model_override_base.py:94-122 (resolving_view).",
+        removal="When SGLang ships a native batch-threshold flag.",
+        verified_on=CPU_0_5_23,
     ),
     Hook(
         target="sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker",
@@ -90,10 +123,15 @@ HOOKS: tuple[Hook, ...] = (
         how="When the threshold is set and SGLang picked EAGLEWorkerV2, return "
         "GatedEAGLEWorkerV2 (a subclass); when SGLang picked any other worker, raise, so a "
         "server asked for the gate never runs without it. Its controller (upstream's "
-        "AdaptiveController with the gate's params, controller_params.py) builds a state per "
-        "draft step count the gate can choose (the server's and 0; with auto, every candidate) "
-        "and, with auto, times each state's captured graphs at every decode batch size and "
-        "takes rank 0's table (step_cost_calibration.py). While upstream builds the "
+        "AdaptiveController with the gate's params, controller_params.py; on 0.5.23 passed to it "
+        "as its AdaptiveSpecPolicy) builds a state per draft step count the gate can choose (the "
+        "server's and 0; with auto, every candidate) and, with auto, times each state's captured "
+        "graphs at every decode batch size and takes rank 0's table (step_cost_calibration.py). "
+        "On 0.5.23 it refuses a draft that asks for QSA's MTP index sharing, which upstream keeps "
+        "off under adaptive state switching only (eagle_worker_v2.py:427-446). On a release "
+        "whose fast off path has not run on a GPU (0.5.23), the rest of this is off and plain "
+        "steps run upstream's own steps-0 state (worker.fast_off_path_blocker). While upstream "
+        "builds the "
         "steps-0 state, it gives that state's attention backends decode kernels for one-token "
         "forwards (one_token_decode.py) and captures its draft extend one token wide, writing "
         "only the draft's KV cache (kv_only_draft.py) at the sizes of several decode steps; "
@@ -156,6 +194,7 @@ HOOKS: tuple[Hook, ...] = (
         "flashinfer_backend.py:899-902, 1410-1425 (the decode paths' stores).",
         removal="When upstream's adaptive steps-0 state runs at plain-decode speed and "
         "accepts a policy object (0.5.23 AdaptiveSpecPolicy), a policy alone suffices.",
+        verified_on=GPU_0_5_17_CPU_0_5_23,
     ),
     Hook(
         target="sglang.srt.speculative.eagle_utils._eagle_prefill_tail_tokens",
@@ -174,6 +213,7 @@ HOOKS: tuple[Hook, ...] = (
         "managers/schedule_batch.py:1953 (chunked_req_next_prompt_token).",
         removal="When upstream writes that row without a host copy: "
         "test_the_chunk_tail_is_a_kernel_fill_not_a_host_copy fails then, by design.",
+        verified_on=GPU_0_5_17,
     ),
     Hook(
         target="sglang.srt.mem_cache.allocation.alloc_for_spec_decode",
@@ -193,6 +233,7 @@ HOOKS: tuple[Hook, ...] = (
         "(eagle_prepare_for_decode builds the tensor from a list).",
         removal="When upstream records the lengths from a list: "
         "test_sglangs_loop_indexes_the_tensor_per_request fails then, by design.",
+        verified_on=GPU_0_5_17,
     ),
     Hook(
         target="sglang.srt.managers.overlap_utils.FutureMap.resolve_seq_lens_cpu",
@@ -231,6 +272,7 @@ HOOKS: tuple[Hook, ...] = (
         "lengths), :3075, :3134-3136 (filter and merge keep them).",
         removal="When spec-v2 keeps host lengths itself for steps whose accept lengths are "
         "known (the steps-0 state), or publishes them without a blocking copy.",
+        verified_on=GPU_0_5_17,
     ),
     Hook(
         target="sglang.srt.managers.scheduler.Scheduler.get_internal_state",
@@ -241,8 +283,11 @@ HOOKS: tuple[Hook, ...] = (
         how="Add internal_state['spec_gate'] = GatedEAGLEWorkerV2.gate_state(): state, N, "
         "counters, whether the fast off path is active, accept length around re-enables.",
         upstream="srt/managers/scheduler.py:4165 get_internal_state; "
-        "entrypoints/http_server.py:781-806 (/server_info).",
-        removal="0.5.23 moves this to SchedulerInternalStateController._add_speculative.",
+        "entrypoints/http_server.py:781-806 (/server_info); 0.5.23: scheduler.py:5549 (delegates to "
+        "scheduler_components/internal_state.py:45-63, which returns the same output record).",
+        removal="When SGLang's internal-state contributors (0.5.23: SchedulerInternalStateController) "
+        "take plugin contributions.",
+        verified_on=GPU_0_5_17_CPU_0_5_23,
     ),
     Hook(
         target="sglang.srt.managers.scheduler_components.metrics_reporter."
@@ -255,36 +300,36 @@ HOOKS: tuple[Hook, ...] = (
         "sglang:spec_gate_switches_total and sglang:spec_gate_decode_steps_total{mode} lazily "
         "(after PROMETHEUS_MULTIPROC_DIR is set) and feed them the policy's counters.",
         upstream="srt/managers/scheduler_components/metrics_reporter.py:695 "
-        "report_decode_stats; observability/metrics_collector.py:240-259 (labels).",
+        "report_decode_stats; observability/metrics_collector.py:240-259 (labels). 0.5.23: "
+        "metrics_reporter.py:901 (report_decode_stats), :229-232 (scheduler, metrics_collector "
+        "fields), :241 (current_scheduler_metrics_enabled); metrics_collector.py:354 (labels).",
         removal="When SGLang exposes a metrics extension point for plugins.",
+        verified_on=GPU_0_5_17_CPU_0_5_23,
     ),
 )
 
 
-def check_sglang_version(version: str) -> None:
-    """Compares releases: pre-, post- and local parts of ``version`` do not count."""
-    try:
-        release = Version(Version(version).base_version)
-    except InvalidVersion:
-        release = None
-    if release not in [Version(v) for v in SUPPORTED_SGLANG_VERSIONS]:
-        raise IncompatibleSGLangError(f"sglang-specgate supports {SUPPORTED_SGLANG}, found {version}.")
+def hooks_for(release: str) -> tuple[Hook, ...]:
+    """The hooks registered on ``release``."""
+    return tuple(h for h in HOOKS if release in h.verified_on)
 
 
-class IncompatibleSGLangError(RuntimeError):
-    """The installed SGLang is not one the hooks were verified against."""
-
-
-def unresolved_targets() -> list[str]:
-    """Hook targets and runtime-patched names that do not resolve in the installed SGLang
-    (importing their modules)."""
+def unresolved_targets(release: str | None = None) -> list[str]:
+    """Hook targets and runtime-patched names of ``release`` (the installed one by default)
+    that do not resolve in the installed SGLang (importing their modules)."""
+    release = release or installed_release()
     missing = []
-    for hook in HOOKS:
+    for hook in hooks_for(release):
         try:
             pkgutil.resolve_name(hook.target)
+            if hook.kind == RESOLUTION:
+                from sglang.srt.arg_groups.resolution_hooks import _OVERRIDABLE_HOOKS
+
+                if hook.target.rpartition(".")[2] not in _OVERRIDABLE_HOOKS:
+                    raise LookupError("not an overridable resolution step")
         except Exception as e:  # importing a changed SGLang module can fail in any way
             missing.append(f"{hook.target} ({type(e).__name__}: {e})")
-    return missing + runtime_patches.unresolved_names()
+    return missing + runtime_patches.unresolved_names(release)
 
 
 @functools.cache
@@ -305,14 +350,17 @@ def _deferred(path: str):
 def register_hooks() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    for hook in HOOKS:
+    release = installed_release()
+    for hook in hooks_for(release):
+        implementation = hook.implementation_for(release)
+        if hook.kind == RESOLUTION:
+            from sglang.srt.arg_groups.resolution_hooks import register_resolution_hook
+
+            register_resolution_hook(hook.target.rpartition(".")[2])(_deferred(implementation))
+            continue
         kind = HookType[hook.kind]
         # SGLang substitutes a replacement class itself, so it must be resolved now.
-        impl = (
-            _implementation(hook.implementation)
-            if kind is HookType.REPLACE
-            else _deferred(hook.implementation)
-        )
+        impl = _implementation(implementation) if kind is HookType.REPLACE else _deferred(implementation)
         HookRegistry.register(hook.target, impl, kind)
 
 
@@ -320,5 +368,16 @@ def inactive_targets() -> list[str]:
     """Registered targets SGLang has not applied (its loader only logs such failures)."""
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    # _patched is the registry's own record of applied targets (hook_registry.py:160).
-    return [h.target for h in HOOKS if h.target not in HookRegistry._patched]
+    release = installed_release()
+    inactive = []
+    for hook in hooks_for(release):
+        if hook.kind == RESOLUTION:
+            from sglang.srt.arg_groups.resolution_hooks import _HOOKS
+
+            step = hook.target.rpartition(".")[2]
+            applied = any(fn.__qualname__ == hook.implementation_for(release) for fn in _HOOKS.get(step, ()))
+        else:
+            applied = hook.target in HookRegistry._patched  # the registry's record (hook_registry.py:160)
+        if not applied:
+            inactive.append(hook.target)
+    return inactive

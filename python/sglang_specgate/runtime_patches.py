@@ -30,8 +30,10 @@ import functools
 import inspect
 import pkgutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
+
+from sglang_specgate.sglang_versions import GPU_0_5_17, GPU_0_5_17_CPU_0_5_23
 
 CLASS_ATTRIBUTE = "class attribute"
 DECLARED_FIELD = "declared field"
@@ -48,8 +50,11 @@ class RuntimePatch:
     by: str  # our module that makes the change
     why: str
     how: str
-    upstream: str  # the SGLang 0.5.17 code it relies on
+    upstream: str  # the SGLang code it relies on, per release
     removal: str  # when it can go
+    # release -> sglang_versions.GPU or CPU: where the names are checked at start-up and the change
+    # may be made. A fast-off-path change is made only on FAST_OFF_PATH_RELEASES.
+    verified_on: dict = field(compare=False)
 
 
 _RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
@@ -71,6 +76,7 @@ TARGET_BACKEND_FACTORY = RuntimePatch(
     "speculative/eagle_worker_v2.py:1321 (called by the steps-0 build).",
     removal="When build_adaptive_runtime_state accepts a backend factory, or with the "
     "create_worker hook.",
+    verified_on=GPU_0_5_17,
 )
 
 DRAFT_GRAPH_CAPTURE = RuntimePatch(
@@ -88,6 +94,7 @@ DRAFT_GRAPH_CAPTURE = RuntimePatch(
     "the steps-0 build); eagle_draft_extend_cuda_graph_runner.py:133 (capture width).",
     removal="When upstream captures the steps-0 draft extend at the width it runs at, or with "
     "the create_worker hook.",
+    verified_on=GPU_0_5_17,
 )
 
 DRAFT_EXTEND_ROUTING = RuntimePatch(
@@ -102,6 +109,7 @@ DRAFT_EXTEND_ROUTING = RuntimePatch(
     upstream="srt/speculative/eagle_worker_v2.py:727 (_draft_extend_for_prefill), :854 "
     "(_draft_extend_for_decode), :1134 and :1196 (called by name).",
     removal="With the create_worker hook.",
+    verified_on=GPU_0_5_17,
 )
 
 DRAFT_STUBS = RuntimePatch(
@@ -116,6 +124,7 @@ DRAFT_STUBS = RuntimePatch(
     upstream="srt/speculative/eagle_info.py:142-156 (the fields); eagle_worker_v2.py:1255-1283 "
     "(_stub_skipped_draft_extend); managers/overlap_utils.py:501-523 (stash).",
     removal="When upstream's stubs stop allocating per step.",
+    verified_on=GPU_0_5_17,
 )
 
 LOGITS_PROCESSOR_METHODS = RuntimePatch(
@@ -130,6 +139,7 @@ LOGITS_PROCESSOR_METHODS = RuntimePatch(
     "buffer as it is where upstream would fill it; deleted afterwards.",
     upstream="srt/layers/logits_processor.py:707-754 (_get_logits, _compute_lm_head).",
     removal="When upstream's draft extend can skip its logits.",
+    verified_on=GPU_0_5_17,
 )
 
 DRAFT_LAST_MLP = RuntimePatch(
@@ -144,6 +154,7 @@ DRAFT_LAST_MLP = RuntimePatch(
     upstream="srt/models/llama_eagle3.py:75 (mlp), :81-110 (forward: the MLP last); "
     "models/llama.py:329.",
     removal="When upstream's draft extend can skip what does not feed the KV cache.",
+    verified_on=GPU_0_5_17,
 )
 
 DRAFT_LAST_ATTENTION = RuntimePatch(
@@ -161,6 +172,7 @@ DRAFT_LAST_ATTENTION = RuntimePatch(
     "attention output through o_proj); models/llama_eagle3.py:57 (the draft's qkv_proj).",
     removal="With DRAFT_LAST_MLP: when upstream's draft extend can skip what does not feed the KV "
     "cache.",
+    verified_on=GPU_0_5_17,
 )
 
 DRAFT_EXTEND_CAPTURE_SIZES = RuntimePatch(
@@ -176,6 +188,7 @@ DRAFT_EXTEND_CAPTURE_SIZES = RuntimePatch(
     upstream="srt/speculative/eagle_draft_extend_cuda_graph_runner.py:28 (import), :129 (read by "
     "name); model_executor/runner/base_cuda_graph_runner.py:61-99.",
     removal="When the draft-extend runner accepts its capture sizes.",
+    verified_on=GPU_0_5_17,
 )
 
 DRAFT_LOGITS_BUFFER = RuntimePatch(
@@ -190,6 +203,7 @@ DRAFT_LOGITS_BUFFER = RuntimePatch(
     upstream="srt/model_executor/model_runner.py:812, model_runner_components/cuda_graph_setup.py"
     ":115 (the shared buffer); speculative/eagle_draft_extend_cuda_graph_runner.py:226-229.",
     removal="With DRAFT_EXTEND_CAPTURE_SIZES.",
+    verified_on=GPU_0_5_17,
 )
 
 WAR_READ_DONE_EVENT = RuntimePatch(
@@ -205,6 +219,7 @@ WAR_READ_DONE_EVENT = RuntimePatch(
     "eagle_draft_extend_cuda_graph_runner.py:594-596 (upstream publishes); managers/scheduler.py"
     ":1674-1675 (_apply_war_barrier reads and clears it).",
     removal="With the deferred draft-KV writes.",
+    verified_on=GPU_0_5_17,
 )
 
 FUTURE_MAP_HOST_LENGTHS = RuntimePatch(
@@ -218,6 +233,7 @@ FUTURE_MAP_HOST_LENGTHS = RuntimePatch(
     upstream="srt/managers/overlap_utils.py:251 (set at construction), :436-446 (the GPU-only "
     "branch).",
     removal="With the resolve_seq_lens_cpu hook.",
+    verified_on=GPU_0_5_17,
 )
 
 SCHEDULE_BATCH_HOST_LENGTHS = RuntimePatch(
@@ -230,6 +246,7 @@ SCHEDULE_BATCH_HOST_LENGTHS = RuntimePatch(
     upstream="srt/managers/schedule_batch.py:2063, :2070 (the fields); managers/overlap_utils.py"
     ":464-465 (upstream sets them there).",
     removal="With the resolve_seq_lens_cpu hook.",
+    verified_on=GPU_0_5_17,
 )
 
 FORWARD_BATCH_AS_DECODE = RuntimePatch(
@@ -243,6 +260,7 @@ FORWARD_BATCH_AS_DECODE = RuntimePatch(
     "extend).",
     upstream="srt/model_executor/forward_batch_info.py:412-507 (the fields).",
     removal="With ONE_TOKEN_DECODE_CLASS.",
+    verified_on=GPU_0_5_17,
 )
 
 ONE_TOKEN_DECODE_CLASS = RuntimePatch(
@@ -260,6 +278,7 @@ ONE_TOKEN_DECODE_CLASS = RuntimePatch(
     "flashinfer_backend.py:691, :904, :1240, :1398; base_attn_backend.py:80 "
     "(init_forward_metadata_in_graph).",
     removal="When upstream's steps-0 state runs on decode kernels.",
+    verified_on=GPU_0_5_17,
 )
 
 TRITON_ONE_SPLIT = RuntimePatch(
@@ -274,6 +293,7 @@ TRITON_ONE_SPLIT = RuntimePatch(
     upstream="srt/layers/attention/triton_backend.py:218-263; kernels/ops/attention/"
     "decode_attention.py:293-305 (the split count).",
     removal="With ONE_TOKEN_DECODE_CLASS.",
+    verified_on=GPU_0_5_17,
 )
 
 TRITON_ROWS = RuntimePatch(
@@ -287,6 +307,7 @@ TRITON_ROWS = RuntimePatch(
     "rows plus one is replaced by a zeroed one that long.",
     upstream="srt/layers/attention/triton_backend.py:272-297.",
     removal="With DRAFT_EXTEND_CAPTURE_SIZES.",
+    verified_on=GPU_0_5_17,
 )
 
 FLASHINFER_ROWS = RuntimePatch(
@@ -301,6 +322,7 @@ FLASHINFER_ROWS = RuntimePatch(
     "the list), and its kv_last_page_len with ones, re-pointing the updaters' references.",
     upstream="srt/layers/attention/flashinfer_backend.py:438-458, :1488-1489, :1759-1760.",
     removal="With DRAFT_EXTEND_CAPTURE_SIZES.",
+    verified_on=GPU_0_5_17,
 )
 
 GATE_METRICS_SLOT = RuntimePatch(
@@ -314,6 +336,7 @@ GATE_METRICS_SLOT = RuntimePatch(
     upstream="srt/managers/scheduler_components/metrics_reporter.py:91-92 (the reporter), :695 "
     "(report_decode_stats).",
     removal="With the report_decode_stats hook.",
+    verified_on=GPU_0_5_17_CPU_0_5_23,
 )
 
 INTERNAL_STATE = RuntimePatch(
@@ -323,8 +346,9 @@ INTERNAL_STATE = RuntimePatch(
     by="sglang_specgate.observability",
     why="/server_info shows each scheduler's internal_state dict; the gate's state goes there.",
     how="Add the 'spec_gate' key to the dict get_internal_state returns.",
-    upstream="srt/managers/io_struct.py:1952-1956; managers/scheduler.py:4165.",
+    upstream="srt/managers/io_struct.py:1952-1956; managers/scheduler.py:4165. 0.5.23: io_struct.py:2341-2345.",
     removal="With the get_internal_state hook.",
+    verified_on=GPU_0_5_17_CPU_0_5_23,
 )
 
 OVERRIDE_LOG = RuntimePatch(
@@ -337,6 +361,7 @@ OVERRIDE_LOG = RuntimePatch(
     how="After each swap, drop the restore entries the newest one supersedes, in place.",
     upstream="srt/runtime_context.py:741 (slot), :902 (append), :934 (read in order).",
     removal="When upstream bounds the log or the gate switches through a policy (0.5.23).",
+    verified_on=GPU_0_5_17_CPU_0_5_23,
 )
 
 RUNTIME_PATCHES: tuple[RuntimePatch, ...] = (
@@ -492,10 +517,15 @@ _CHECKS = {
 }
 
 
-def unresolved_names() -> list[str]:
-    """Every registered owner and name the installed SGLang lacks (importing the owners' modules)."""
+def patches_for(release: str) -> tuple[RuntimePatch, ...]:
+    return tuple(p for p in RUNTIME_PATCHES if release in p.verified_on)
+
+
+def unresolved_names(release: str) -> list[str]:
+    """Every owner and name registered for ``release`` that the installed SGLang lacks
+    (importing the owners' modules)."""
     missing = []
-    for patch in RUNTIME_PATCHES:
+    for patch in patches_for(release):
         has, failure = _CHECKS[patch.check]
         for path in patch.owners:
             try:

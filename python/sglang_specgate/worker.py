@@ -21,6 +21,9 @@ publishes where the host knows them, so the scheduler need not wait for the GPU'
 plain step (host_seq_lens.py). A plain step stays upstream's one-token verify: the target's own
 decode step in its place was built and measured no faster (docs/design.md, which also has what
 the off state costs against a plain server).
+
+On a release where that fast off path has not run on a GPU (sglang_versions.FAST_OFF_PATH_RELEASES),
+none of it is used: plain steps run upstream's own steps-0 state, driven by the same policy.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
 from sglang_specgate import host_seq_lens
-from sglang_specgate.args import THRESHOLD_FLAG, SpecGateConfigError, host_seq_lens_enabled
+from sglang_specgate.args import (THRESHOLD_FLAG, SpecGateConfigError, auto_gate_config, gate_config, gate_is_auto,
+                                  host_seq_lens_enabled)
 from sglang_specgate.controller_params import PLAIN_STEPS, AutoGateParams, ThresholdGateParams
 from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture_write_sizes, why_not_deferred
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
@@ -50,9 +54,9 @@ from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, TARGET_BACKEND_FACTORY,
-                                             assign, shadowed)
+                                             assign, shadowed, unresolved_names)
+from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed, installed_release
 from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream_switch_line
-from sglang_specgate.step_cost_calibration import calibrate, cuda_graph_time
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +65,7 @@ GRAPH_WIDTH_OVERRIDE = "spec_gate.one_token_draft_extend_graph"  # provenance in
 
 def select_worker_class(worker_cls, algorithm, server_args):
     """AFTER hook on ``SpeculativeAlgorithm.create_worker``."""
-    threshold = getattr(server_args, "speculative_disable_batch_threshold", None)
+    threshold = getattr(installed().resolved(server_args), "speculative_disable_batch_threshold", None)
     if not threshold:
         return worker_cls
     if worker_cls is not EAGLEWorkerV2:
@@ -88,15 +92,13 @@ def warn_if_off_state_skips_draft_extend() -> bool:
 
 
 class GateController(AdaptiveController):
-    """Upstream's controller with the gate's params; it builds every candidate's state at
-    start-up and, for the auto gate, then measures what a step of each costs."""
+    """Upstream's controller driven by the gate's params (the release's adapter says how it
+    takes them); it builds every candidate's state at start-up and tells the params, which for
+    the auto gate then measure what a step of each costs."""
 
-    def __init__(self, worker, params: ThresholdGateParams | AutoGateParams, broadcast_from_rank0=None,
-                 time_replays=cuda_graph_time):
-        super().__init__(worker)  # builds upstream's default EMA params, replaced here
-        self.params = params
-        self.broadcast_from_rank0 = broadcast_from_rank0
-        self.time_replays = time_replays
+    def __init__(self, worker, params: ThresholdGateParams | AutoGateParams):
+        installed().init_adaptive_controller(self, worker, params)
+        self.params = params  # where the release's controller took none (0.5.17), it replaces its own
         self.states_built: dict | None = None  # what the extra states cost to build, for /server_info
 
     def init_states(self, cuda_graph_bs=None) -> None:
@@ -107,53 +109,74 @@ class GateController(AdaptiveController):
                              "gpu_bytes": None if free is None else free - _free_gpu_bytes()}
         logger.info("spec gate: built the states for draft steps %s in %.1f s (%s GPU bytes)",
                     self.states_built["states"], self.states_built["seconds"], self.states_built["gpu_bytes"])
-        if isinstance(self.params, AutoGateParams):
-            started = time.perf_counter()
-            states = {k: self._states[k] for k in self.params.candidate_steps}
-            costs = calibrate(states, self.broadcast_from_rank0, self.time_replays)
-            self.params.calibrated(costs, time.perf_counter() - started)
-            logger.info("spec gate (auto): measured the step cost table in %.1f s: %s",
-                        self.params.calibration_s, costs.to_json())
+        self.params.states_built(self._states)
 
 
 def _free_gpu_bytes() -> int | None:
     return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
 
 
+def fast_off_path_blocker() -> str | None:
+    """Why this SGLang runs the gate's off steps through upstream's own steps-0 state instead of
+    the fast off path, or None. Correctness first: the fast off path changes how upstream builds
+    and runs that state, so it runs only on a release where it passed the GPU suite, and only
+    while every name it changes on SGLang's objects resolves there (runtime_patches)."""
+    release = installed_release()
+    if release not in FAST_OFF_PATH_RELEASES:
+        return (f"not verified on a GPU with SGLang {release} (verified: {', '.join(FAST_OFF_PATH_RELEASES)})")
+    missing = unresolved_names(release)
+    return f"SGLang lacks {'; '.join(missing)}" if missing else None
+
+
 class GatedEAGLEWorkerV2(EAGLEWorkerV2):
+    # Why the fast off path is off (fast_off_path_blocker()), or None; set in __init__.
+    fast_off_path_blocker: str | None = None
+
     def __init__(self, server_args, *args, **kwargs):
         super().__init__(server_args, *args, **kwargs)
-        if server_args.gate_is_auto():
-            self.gate_params = AutoGateParams(server_args.auto_gate_config())
+        refused = installed().why_the_gate_cannot_drive(self)
+        if refused:
+            raise SpecGateConfigError(f"{THRESHOLD_FLAG}: {refused}. Drop {THRESHOLD_FLAG} for this model.")
+        resolved = installed().resolved(server_args)
+        if gate_is_auto(resolved):
+            tp_group = self._target_worker.model_runner.tp_group
+            self.gate_params = AutoGateParams(auto_gate_config(resolved),
+                                              lambda table: tp_group.broadcast_object(table, src=0))
         else:
-            self.gate_params = ThresholdGateParams(SpecGatePolicy(server_args.gate_config()),
-                                                   self.speculative_num_steps)
-        tp_group = self._target_worker.model_runner.tp_group
+            self.gate_params = ThresholdGateParams(SpecGatePolicy(gate_config(resolved)), self.speculative_num_steps)
         # Set before the scheduler calls init_cuda_graphs, which registers the speculative
         # state and builds the others through build_adaptive_runtime_state.
-        self.adaptive_controller = GateController(
-            self, self.gate_params, lambda table: tp_group.broadcast_object(table, src=0))
+        self.adaptive_controller = GateController(self, self.gate_params)
         mute_upstream_switch_line()  # the gate logs its switches itself, rate-limited
-        self.fast_off_path = None  # known once the steps-0 state is built
+        self.fast_off_path_blocker = fast_off_path_blocker()
+        # Known once the steps-0 state is built, unless the fast off path is off from the start.
+        self.fast_off_path = None if self.fast_off_path_blocker is None else False
         self.off_draft_extend = None  # kv_only_draft's FULL, KV_ONLY or KV_STORE, known then too
         self.skips_off_draft_extend = warn_if_off_state_skips_draft_extend()
         self.deferred_draft_kv: DeferredDraftKV | None = None  # set when the steps-0 state is built
         self.deferral_blocker: str | None = None  # why plain steps extend the draft every step
-        self.plain_step_constants = PlainStepConstants(
-            self.device, self.topk, *get_draft_recurrent_hidden_state_spec(self.draft_worker.draft_runner))
-        # Instance attributes: upstream's decode path calls the draft worker's methods by name.
-        self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
-        self._draft_extend_whole_prompt = self._draft_worker._draft_extend_for_prefill
-        assign(DRAFT_EXTEND_ROUTING, self._draft_worker, _draft_extend_for_decode=self._draft_extend_for_decode,
-               _draft_extend_for_prefill=self._draft_extend_for_prefill)
-        if server_args.gate_is_auto():
-            logger.info("spec gate active (auto): draft steps chosen per decode step from %s",
-                        self.gate_params.candidate_steps)
+        if self.fast_off_path_blocker is None:
+            self.plain_step_constants = PlainStepConstants(
+                self.device, self.topk, *get_draft_recurrent_hidden_state_spec(self.draft_worker.draft_runner))
+            # Instance attributes: upstream's decode path calls the draft worker's methods by name.
+            self._draft_extend_every_step = self._draft_worker._draft_extend_for_decode
+            self._draft_extend_whole_prompt = self._draft_worker._draft_extend_for_prefill
+            assign(DRAFT_EXTEND_ROUTING, self._draft_worker, _draft_extend_for_decode=self._draft_extend_for_decode,
+                   _draft_extend_for_prefill=self._draft_extend_for_prefill)
+        verified = ("yes" if installed_release() in FAST_OFF_PATH_RELEASES else
+                    "no (its CPU suite passes; off steps run upstream's steps-0 state)")
+        if gate_is_auto(resolved):
+            logger.info("spec gate active (auto): draft steps chosen per decode step from %s; SGLang %s, "
+                        "verified on a GPU: %s", self.gate_params.candidate_steps, installed_release(), verified)
         else:
             config = self.gate_params.policy.config
             logger.info("spec gate active: speculate (%d steps) while decode batch <= %d; resume "
-                        "after %d steps <= %d", self.speculative_num_steps, config.threshold,
-                        config.dwell_steps, config.reenable_threshold)
+                        "after %d steps <= %d; SGLang %s, verified on a GPU: %s", self.speculative_num_steps,
+                        config.threshold, config.dwell_steps, config.reenable_threshold, installed_release(),
+                        verified)
+        if self.fast_off_path_blocker:
+            logger.warning("spec gate: fast off path off, %s: off steps run upstream's steps-0 state",
+                           self.fast_off_path_blocker)
 
     def gate_state(self) -> dict:
         """What /server_info shows under internal_states[i].spec_gate."""
@@ -161,6 +184,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             **self.gate_params.snapshot(),
             "states_built": self.adaptive_controller.states_built,
             "fast_off_path": self.fast_off_path,
+            "fast_off_path_blocker": self.fast_off_path_blocker,
             "off_draft_extend": "skipped" if self.skips_off_draft_extend else self.off_draft_extend,
             "deferred_draft_kv": self.deferred_draft_kv.snapshot() if self.deferred_draft_kv else None,
             "reenable_acceptance": self.gate_params.reenable_acceptance.snapshot(),
@@ -170,7 +194,7 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
     def build_adaptive_runtime_state(
         self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None
     ):
-        if speculative_num_steps != PLAIN_STEPS:
+        if speculative_num_steps != PLAIN_STEPS or self.fast_off_path_blocker:
             return super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
@@ -201,7 +225,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         # outside the worker (eagle_disaggregation.py:75), which the mirror would miss: it keeps
         # upstream's copy.
         if (
-            host_seq_lens_enabled()
+            self.fast_off_path_blocker is None
+            and host_seq_lens_enabled()
             and self.server_args.disaggregation_mode == "null"
             and decide_needs_cpu_seq_lens(self.server_args, self.spec_v2_attn_backends)
         ):
@@ -267,6 +292,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
     def _build_trivial_verify_input(self, batch):
         """Upstream's one-node verify input for a plain step, its tree and mask constants
         (plain_step_constants.py) where the target's backend keeps no verify mask of its own."""
+        if self.fast_off_path_blocker:
+            return super()._build_trivial_verify_input(batch)
         attn_backend = self._target_worker.model_runner.attn_backend
         if batch.forward_mode.is_idle() or attn_backend.verify_mask is not None:
             return super()._build_trivial_verify_input(batch)
@@ -282,6 +309,8 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
 
     def _stub_skipped_draft_extend(self, batch, batch_output) -> None:
         """Upstream's stand-ins for the draft outputs a plain step leaves unset, as constants."""
+        if self.fast_off_path_blocker:
+            return super()._stub_skipped_draft_extend(batch, batch_output)
         self.plain_step_constants.stub_draft_outputs(batch_output.next_draft_input, batch.seq_lens.shape[0])
 
     def _write_deferred_draft_kv(self) -> None:
