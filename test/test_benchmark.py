@@ -1670,6 +1670,7 @@ phase() {
 gpu_tests() { :; }
 keep_lines() { :; }
 flashinfer_has_kernels() { :; }
+fa3_has_kernels() { :; }
 """
 
 

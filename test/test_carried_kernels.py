@@ -1,6 +1,6 @@
-"""CPU tests of benchmark/pairs/carried_kernels.py and of the tools that use it
-(flashinfer_kernels.py): the reference their probes judge kernels against, the verdict
-gpu_job.sh reads, the probes' answer where there is no GPU, and the shared command line."""
+"""CPU tests of benchmark/pairs/carried_kernels.py and of the two tools that use it
+(flashinfer_kernels.py and fa3_kernels.py): the reference their probes judge kernels against,
+the verdict gpu_job.sh reads, the probes' answer where there is no GPU, and the shared command line."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from benchmark.pairs.carried_kernels import PASSED, TOLERANCE, attention_reference, command_line, run_checks
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmark"
-PROBES = [("flashinfer_kernels.py", "FlashInfer", "1b")]
+PROBES = [("flashinfer_kernels.py", "FlashInfer", "1b"), ("fa3_kernels.py", "FA3", "8b")]
 
 
 def test_the_reference_is_causal_attention_ending_at_the_last_key():

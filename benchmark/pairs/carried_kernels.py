@@ -1,6 +1,7 @@
-"""What the tools for the kernels the GPU kit carries (flashinfer_kernels.py) share: their
-command line, `build` on a CPU host and `probe` on the GPU host, and the probe's judging of the
-kernels against PyTorch, each check once, then the verdict in the line gpu_job.sh looks for."""
+"""What the two tools for the kernels the GPU kit carries (flashinfer_kernels.py and
+fa3_kernels.py) share: their command line, `build` on a CPU host and `probe` on the GPU host, and
+the probe's judging of the kernels against PyTorch, each check once, then the verdict in the line
+gpu_job.sh looks for."""
 
 from __future__ import annotations
 
