@@ -30,6 +30,13 @@
 # What a host's JIT built (such as FlashInfer's sampling module, which builds without the CCCL)
 # comes back as $OUT/flashinfer-aot.tar.xz, with the kernels the call carried.
 #
+# FA3 (SGLang's default attention backend on Hopper): the kit's sgl-kernel wheel drops its FA3
+# library (1.1 GB). The kit carries the part of it the model pair's shapes run, built on a CPU
+# host (no GPU needed; 8 minutes on 2 cores, 0.5 MB packed):
+#   python benchmark/fa3_kernels.py build .gpu/fa3-ops.tar.xz --shapes 1b 8b
+# `start` installs it as sgl_kernel's flash_ops, and fa3_has_kernels runs it once before a plan
+# serves with `--attention-backend fa3`.
+#
 # PLAN is a bash file sourced from the repository copy; it calls these, in order:
 #   phase NAME COMMAND...            COMMAND's output to $RESULTS/NAME.log, its time and status
 #                                    to job.log; returns its status
@@ -40,6 +47,7 @@
 #   keep_lines DIR                   the same reduction for a sweep's logs/
 #   flashinfer_has_kernels SHAPE     whether FlashInfer can load or build that model shape's kernels,
 #                                    and if not why, in job.log (gpu_tests checks it for itself)
+#   fa3_has_kernels SHAPE            the same for FA3's carried kernels
 #   log MESSAGE                      MESSAGE to job.log
 # and writes what it wants back under $RESULTS.
 set -u
@@ -88,8 +96,22 @@ flashinfer_has_kernels() {  # SHAPE (model_pair.py's): can FlashInfer load or bu
   return 1
 }
 
+fa3_has_kernels() {  # SHAPE (model_pair.py's): can SGLang's FA3 backend run its attention here?
+  # Without the carried archive (fa3_kernels.py) sgl_kernel has no flash_ops, and a server with
+  # --attention-backend fa3 fails its start; with it, the shapes it was built for run. So its ops
+  # run once against PyTorch (seconds, once a plan: job.log keeps the verdict); where they fail,
+  # job.log says why for the caller, which then runs nothing.
+  grep -q "^FA3 kernels for $1 pass" "$RESULTS/job.log" && return 0
+  python3 benchmark/fa3_kernels.py probe "$1" >> "$RESULTS/job.log" 2>&1 && return 0
+  log "not run: no FA3 kernels for the $1 pair here (carry .gpu/fa3-ops.tar.xz built for it)"
+  return 1
+}
+
 gpu_tests() {
   if [ "$1" = flashinfer ] && ! flashinfer_has_kernels "$2"; then
+    return 1
+  fi
+  if [ "$1" = fa3 ] && ! fa3_has_kernels "$2"; then
     return 1
   fi
   local dir="$RESULTS/tests-$1-$2${4:+-$4}"
@@ -154,6 +176,10 @@ case ${1:-} in
     # host, and only with the vendored CCCL the kit drops): flashinfer_kernels.py's build.
     if [ -f .gpu/flashinfer-aot.tar.xz ]; then
       mkdir -p "$FLASHINFER_AOT" && tar xJf .gpu/flashinfer-aot.tar.xz -C "$FLASHINFER_AOT"
+    fi
+    # The FA3 library the kit's sgl-kernel wheel drops, for the pair's shapes: fa3_kernels.py's build.
+    if [ -f .gpu/fa3-ops.tar.xz ]; then
+      tar xJf .gpu/fa3-ops.tar.xz -C /tmp/site/sgl_kernel
     fi
     rm -rf "$REPO" && mkdir -p "$REPO" && cp -r benchmark test python pyproject.toml README.md "$REPO"/
     cp "$plan" "$JOB/plan.sh" && cp "$0" "$JOB/gpu_job.sh"

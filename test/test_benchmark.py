@@ -1675,6 +1675,7 @@ phase() {
 gpu_tests() { :; }
 keep_lines() { :; }
 flashinfer_has_kernels() { :; }
+fa3_has_kernels() { :; }
 """
 
 

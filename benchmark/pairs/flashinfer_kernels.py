@@ -16,7 +16,7 @@ directory packed in .gpu/flashinfer-aot.tar.xz (gpu_job.sh installs it).
 
 from __future__ import annotations
 
-import argparse
+import functools
 import itertools
 import os
 import subprocess
@@ -25,6 +25,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from benchmark.pairs.carried_kernels import attention_reference, command_line, run_checks
 from benchmark.pairs.design import SHAPES, head_dim
 
 H200_ARCH = "9.0a"
@@ -97,23 +98,6 @@ def build(archive: Path, shapes: list[str], cuda_home: Path) -> None:
     print(f"wrote {archive}: {len(specs)} modules for shapes {', '.join(shapes)}")
 
 
-def attention_reference(q, k, v, qo_indptr, kv_indptr):
-    """Causal attention of each request's queries on its keys, the queries being its last ones."""
-    import torch
-
-    group = q.shape[1] // k.shape[1]
-    out = []
-    for r in range(len(qo_indptr) - 1):
-        qr = q[qo_indptr[r]:qo_indptr[r + 1]].float()
-        kr = k[kv_indptr[r]:kv_indptr[r + 1]].float().repeat_interleave(group, dim=1)
-        vr = v[kv_indptr[r]:kv_indptr[r + 1]].float().repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", qr, kr) * qr.shape[-1] ** -0.5
-        offset = len(kr) - len(qr)
-        allowed = torch.arange(len(kr), device=q.device)[None, :] <= torch.arange(len(qr), device=q.device)[:, None] + offset
-        out.append(torch.einsum("hqk,khd->qhd", scores.masked_fill(~allowed, float("-inf")).softmax(-1), vr))
-    return torch.cat(out)
-
-
 def probe_attention(shape: str, backend: str) -> float:
     """The largest difference from PyTorch of a paged and a ragged causal prefill of two requests,
     one with a cached prefix, at SGLang's page size of 1."""
@@ -175,11 +159,6 @@ def probe_shape_independent() -> float:
     return max(norm_error, float(pack_error), merge_error)
 
 
-# bf16 outputs of values of order 1: rounding alone stays under 1e-2; a wrong kernel is off by ~1.
-TOLERANCE = 5e-2
-PASSED = "FlashInfer kernels for {shape} pass"  # gpu_job.sh finds a plan's verdict by this line
-
-
 def probe(shape: str) -> int:
     os.environ["FLASHINFER_DISABLE_JIT"] = "1"  # a kernel the AOT directory lacks raises, not builds
     os.environ["FLASHINFER_USE_CUDA_NORM"] = "1"  # RMSNorm from the norm module, not CuTe DSL's
@@ -188,38 +167,14 @@ def probe(shape: str) -> int:
     if not torch.cuda.is_available():
         print("flashinfer_kernels.py probe: needs a CUDA GPU; on a CPU host, use `build`", file=sys.stderr)
         return 2
-    checks = {f"attention {backend}, head dim {head_dim(SHAPES[shape])}": (probe_attention, (shape, backend))
+    checks = {f"attention {backend}, head dim {head_dim(SHAPES[shape])}": functools.partial(probe_attention, shape, backend)
               for backend in ATTENTION_BACKENDS}
-    checks[", ".join(spec.name for spec in shape_independent_specs())] = (probe_shape_independent, ())
-    failed = []
-    for name, (check, args) in checks.items():
-        try:
-            error = check(*args)
-        except Exception as e:  # a missing or unloadable kernel: say which, then go on to the rest
-            failed.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-            continue
-        print(f"FlashInfer {name}: max difference {error:.4f}")
-        if not error <= TOLERANCE:
-            failed.append(f"{name}: max difference {error:.4f} over {TOLERANCE}")
-    for failure in failed:
-        print(f"FlashInfer kernels for {shape} fail: {failure}")
-    if failed:
-        return 1
-    print(PASSED.format(shape=shape))
-    return 0
+    checks[", ".join(spec.name for spec in shape_independent_specs())] = probe_shape_independent
+    return run_checks("FlashInfer", shape, checks)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
-    build_args = sub.add_parser("build", help="compile the kernels on this host and pack them")
-    build_args.add_argument("archive", type=Path, help="the .tar.xz to write, e.g. .gpu/flashinfer-aot.tar.xz")
-    build_args.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["1b", "8b"])
-    build_args.add_argument("--cuda-home", type=Path, default=Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")),
-                            help="the CUDA 13.0 toolkit (its bin/nvcc and lib64/libcudart.so)")
-    probe_args = sub.add_parser("probe", help="run the installed kernels once on this host's GPU")
-    probe_args.add_argument("shape", choices=sorted(SHAPES))
-    args = ap.parse_args()
+    args = command_line(__doc__, ".gpu/flashinfer-aot.tar.xz", "its bin/nvcc and lib64/libcudart.so")[0].parse_args()
     if args.command == "build":
         build(args.archive, args.shapes, args.cuda_home)
         return 0

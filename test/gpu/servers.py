@@ -24,9 +24,10 @@ BURST_GAP_S = 0.5
 SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 # A backend the fast off path is verified on (one_token_decode.VERIFIED_BACKENDS); the kit has
-# no FA3 and no grammar backends (shared/gpu/README.md), and FlashInfer's kernels build only with
-# its vendored CCCL (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit) unless the kit
-# carries them (benchmark/flashinfer_kernels.py).
+# no grammar backends and no FA3 (shared/gpu/README.md) unless it carries the pair's FA3 kernels
+# (benchmark/fa3_kernels.py), and FlashInfer's kernels build only with its vendored CCCL
+# (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit) unless the kit carries them
+# (benchmark/flashinfer_kernels.py).
 ATTENTION_BACKEND = os.environ.get("SPECGATE_GPU_ATTENTION_BACKEND", "triton")
 COMMON_FLAGS = ["--attention-backend", ATTENTION_BACKEND, "--sampling-backend", "pytorch",
                 "--grammar-backend", "none", "--max-running-requests", "64",
