@@ -42,21 +42,23 @@ for backend in "${backends[@]}" "$suite_backend" ${ROBUSTNESS_AUTO_SMOKE_BACKEND
   fi
 done
 phase pair python3 benchmark/model_pair.py /tmp/p1 --shape 1b --accept-length 2.2 --seed 0 --device cuda
-soaks=() port=30005
+soaks=() ports=() port=30005
 for backend in "${backends[@]}"; do
   phase "soak-$backend" python3 benchmark/soak.py --run-dir "$RESULTS/soak-$backend" --duration "${SOAK_SECONDS:-1200}" \
     --model-path /tmp/p1/target --draft-model-path /tmp/p1/draft --threshold 8 --port "$port" \
     -- --attention-backend "$backend" --sampling-backend pytorch --grammar-backend none \
     --mem-fraction-static 0.2 --chunked-prefill-size 2048 --max-total-tokens 12288 &
-  soaks+=($!)
-  # SGLang sizes a server's memory from what is free when it starts: the soaks' servers (7 GB
-  # each) start before the suite's (--mem-fraction-static 0.3), whose share would starve theirs.
+  soaks+=($!) ports+=("$port")
+  port=$((port + 20))  # SGLang takes a few ports above its own
+done
+# SGLang sizes a server's memory from what is free when it starts: the soaks' servers (7 GB
+# each) start before the suite's (--mem-fraction-static 0.3), whose share would starve theirs.
+for i in "${!soaks[@]}"; do
   for _ in $(seq 300); do
-    kill -0 "${soaks[-1]}" 2>/dev/null && ! python3 -c "from benchmark.servers.endpoints import healthy
-raise SystemExit(not healthy('http://127.0.0.1:$port'))" || break
+    kill -0 "${soaks[$i]}" 2>/dev/null && ! python3 -c "from benchmark.servers.endpoints import healthy
+raise SystemExit(not healthy('http://127.0.0.1:${ports[$i]}'))" || break
     sleep 2
   done
-  port=$((port + 20))  # SGLang takes a few ports above its own
 done
 SPECGATE_GPU_BURSTS=10 SPECGATE_GPU_MEM_FRACTION=0.3 \
   phase tests gpu_tests "$suite_backend" 1b "not tensor_parallel" full
