@@ -190,6 +190,34 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
     assert "_get_attention_backend" not in vars(worker._target_worker.model_runner)
 
 
+@pytest.mark.fast_off_path
+def test_an_auto_candidates_state_captures_its_draft_extend_at_its_own_width(monkeypatch, published_gate_args):
+    """Upstream builds every candidate's state from the server's static draft width (4 here);
+    the 1-step state's draft extend runs 2 wide, so it is captured 2 wide, and the server's
+    width is back afterwards. Upstream's build (a GPU's) is a stand-in that captures."""
+    server_args = published_gate_args
+    seen_widths = []
+
+    class DraftWorker:
+        draft_runner = SimpleNamespace(server_args=server_args)
+
+        def _capture_cuda_graphs(self):
+            seen_widths.append(server_args.speculative_num_draft_tokens)
+
+    def upstream_build(self, steps, draft_tokens, cuda_graph_bs=None):
+        self._draft_worker._capture_cuda_graphs()  # as eagle_worker_v2.py:1315 does
+        return ("state", steps, draft_tokens)
+
+    monkeypatch.setattr(EAGLEWorkerV2, "build_adaptive_runtime_state", upstream_build)
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker.fast_off_path_blocker = None
+    worker._draft_worker = DraftWorker()
+    assert worker.build_adaptive_runtime_state(1, 2) == ("state", 1, 2)
+    assert seen_widths == [2]
+    assert server_args.speculative_num_draft_tokens == 4
+    assert "_capture_cuda_graphs" not in vars(worker._draft_worker)
+
+
 @pytest.mark.parametrize("blocker, graphs", [
     (None, "draft-extend graphs"),
     ("the draft extend syncs its batch across ranks", "draft-extend graphs"),

@@ -85,11 +85,13 @@ DRAFT_GRAPH_CAPTURE = RuntimePatch(
     check=CLASS_ATTRIBUTE,
     by="sglang_specgate.worker",
     why="The steps-0 draft-extend graph must be captured one token wide, on decode kernels, "
-    "without the draft's last MLP and lm_head, and at the deferred writes' sizes; upstream "
-    "captures it from the server's draft width inside the steps-0 build.",
-    how="For that build only, an instance attribute on the draft worker shadows the method: it "
-    "converts the draft-extend backend, overrides speculative_num_draft_tokens to 1 and enters "
-    "kv_only_draft_forward and capture_write_sizes around the original; deleted afterwards.",
+    "without the draft's last MLP and lm_head, and at the deferred writes' sizes, and an auto "
+    "candidate's k + 1 wide; upstream captures every state's from the server's draft width "
+    "inside its build, so those never replay.",
+    how="For that build only, an instance attribute on the draft worker shadows the method: for "
+    "steps 0 it converts the draft-extend backend, overrides speculative_num_draft_tokens to 1 "
+    "and enters kv_only_draft_forward and capture_write_sizes around the original; for a "
+    "candidate of k steps it overrides the width to k + 1; deleted afterwards.",
     upstream="srt/speculative/eagle_worker_v2.py:339 (_capture_cuda_graphs), :1315 (called by "
     "the steps-0 build); eagle_draft_extend_cuda_graph_runner.py:133 (capture width).",
     removal="When upstream captures the steps-0 draft extend at the width it runs at, or with "

@@ -60,7 +60,7 @@ from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream
 
 logger = logging.getLogger(__name__)
 
-GRAPH_WIDTH_OVERRIDE = "spec_gate.one_token_draft_extend_graph"  # provenance in ServerArgs.override
+GRAPH_WIDTH_OVERRIDE = "spec_gate.draft_extend_graph_width"  # provenance in ServerArgs.override
 
 
 def select_worker_class(worker_cls, algorithm, server_args):
@@ -114,6 +114,21 @@ class GateController(AdaptiveController):
 
 def _free_gpu_bytes() -> int | None:
     return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+
+
+@contextlib.contextmanager
+def draft_extend_graph_width(server_args, width: int):
+    """Upstream sizes every state's draft-extend graph from the server's static draft width
+    (resolve_num_tokens_per_req reads server_args.speculative_num_draft_tokens,
+    eagle_draft_extend_cuda_graph_runner.py:133), while a state's draft extend runs at its own
+    width, steps + 1; can_run_graph (:285-295) refuses the replay of any other, so a state
+    captured at the server's width would launch its draft extend eagerly on every step."""
+    static = server_args.speculative_num_draft_tokens
+    server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=width)
+    try:
+        yield
+    finally:
+        server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=static)
 
 
 def fast_off_path_blocker() -> str | None:
@@ -194,10 +209,15 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
     def build_adaptive_runtime_state(
         self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None
     ):
-        if speculative_num_steps != PLAIN_STEPS or self.fast_off_path_blocker:
+        if self.fast_off_path_blocker:
             return super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
+        if speculative_num_steps != PLAIN_STEPS:  # an auto candidate between plain and the server's
+            with self._draft_graphs_captured_at_width(speculative_num_draft_tokens):
+                return super().build_adaptive_runtime_state(
+                    speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
+                )
         with self._one_token_backends_use_decode_kernels():
             state = super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
@@ -328,6 +348,18 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         ):
             deferred.write_all()
 
+    def _draft_graphs_captured_at_width(self, width: int):
+        """While upstream builds an auto candidate's state, capture its draft extend at the width
+        that state runs at (draft_extend_graph_width)."""
+        draft_worker = self._draft_worker
+        capture = draft_worker._capture_cuda_graphs
+
+        def capture_at_width():
+            with draft_extend_graph_width(draft_worker.draft_runner.server_args, width):
+                capture()
+
+        return shadowed(DRAFT_GRAPH_CAPTURE, draft_worker, _capture_cuda_graphs=capture_at_width)
+
     @contextlib.contextmanager
     def _one_token_backends_use_decode_kernels(self):
         """While upstream builds the steps-0 state, switch the attention backends it creates
@@ -351,26 +383,18 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 converted.append(draft_converted)
             if draft_converted:
                 read_one_entry(draft_backend)
-            server_args = draft_worker.draft_runner.server_args
+            draft_runner = draft_worker.draft_runner
+            server_args = draft_runner.server_args
             self.deferral_blocker = why_not_deferred(server_args, draft_worker, draft_converted)
-            # Upstream sizes the draft-extend graph from the server's static draft width
-            # (resolve_num_tokens_per_req reads server_args.speculative_num_draft_tokens,
-            # eagle_draft_extend_cuda_graph_runner.py:133), so its steps-0 graph is captured
-            # 4 tokens wide and a one-token draft extend never replays it
-            # (can_run_graph, :285-295): every plain step would launch the draft eagerly.
-            # Capture at width 1 instead; steps <= 1 captures no draft-decode graph.
             width = server_args.speculative_num_draft_tokens
-            server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=1)
-            try:
-                draft_runner = draft_worker.draft_runner
-                with (
-                    kv_only_draft_forward(draft_runner.model, draft_runner.token_to_kv_pool, draft_backend) as computed,
-                    contextlib.nullcontext() if self.deferral_blocker else capture_write_sizes(width, draft_backend),
-                ):
-                    capture_draft_graphs()
-                self.off_draft_extend = computed
-            finally:
-                server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=width)
+            # Steps <= 1 captures no draft-decode graph.
+            with (
+                draft_extend_graph_width(server_args, 1),
+                kv_only_draft_forward(draft_runner.model, draft_runner.token_to_kv_pool, draft_backend) as computed,
+                contextlib.nullcontext() if self.deferral_blocker else capture_write_sizes(width, draft_backend),
+            ):
+                capture_draft_graphs()
+            self.off_draft_extend = computed
 
         # Instance attributes shadow the methods for this build only.
         with (
