@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.analysis import (cpu_profile, decode_log, find_threshold, kernel_profile, report,
-                                sweep_results, sweep_tables, trace_events, ttft_stages)
+from benchmark.analysis import (auto_verdict, cpu_profile, decode_log, find_threshold, kernel_profile,
+                                report, sweep_results, sweep_tables, trace_events, ttft_stages)
 from benchmark.client import (commands, levels, output_spread, profiles, prompts, serving_session,
                               sweep, ttft_probe)
 from benchmark.client.bursty import Phase, bursty_slices, compact_details, parse_phases
@@ -614,6 +614,80 @@ def test_report_takes_a_repeated_level_by_its_median_run(tmp_path: Path) -> None
     # the TTFT stages of the reported runs only
     assert "| gate-9 | 128 | 4.0 (1.33×) |" in text and "| plain | 128 | 3.0 |" in text
     assert text.count("| 128 | 1.0") == 0
+
+
+def auto_snapshot(steps: dict[int, int], probes: int, best: dict[int, int]) -> dict:
+    """The keys of the auto gate's /server_info snapshot that its verdict reads."""
+    return {"threshold": "auto", "decode_steps": {str(k): n for k, n in steps.items()},
+            "probes": probes, "best_by_batch_size": {str(b): k for b, k in best.items()}}
+
+
+def test_report_judges_the_auto_gate_at_each_c_by_its_median_runs(tmp_path: Path) -> None:
+    run = tmp_path / "auto"
+    run.mkdir()
+    once = {"plain": {1: 200.0, 16: 2000.0, 64: 5000.0}, "spec": {1: 400.0, 16: 1800.0, 64: 3000.0},
+            "gate-4": {1: 390.0, 16: 1950.0, 64: 4990.0}, "gate-16": {1: 395.0, 16: 2050.0, 64: 4900.0},
+            "upstream-adaptive": {16: 1900.0}}
+    auto = {1: [410.0, 380.0, 420.0], 16: [2200.0, 2150.0, 2180.0], 64: [4800.0, 4850.0, 4700.0]}
+    write_jsonl(run / "raw.jsonl", [serving_row(f"{name},c={c}", c, t) for name, by_c in once.items()
+                                    for c, t in by_c.items()]
+                + [serving_row(f"gate-auto,c={c},rep={i}", c, t, spec=True)
+                   for c, runs in auto.items() for i, t in enumerate(runs, 1)])
+    best = {1: 3, 16: 1, 64: 0}
+    write_jsonl(run / "gate.jsonl", [
+        # C = 16's median run is its third (2,180 of 2,150 / 2,180 / 2,200); its first ran k = 3 only
+        {"tag": "gate-auto,c=16,rep=1", "config": "gate-auto", "max_concurrency": 16,
+         "before": auto_snapshot({0: 0, 1: 0, 3: 0}, 0, best),
+         "after": auto_snapshot({0: 0, 1: 0, 3: 500}, 0, best)},
+        {"tag": "gate-auto,c=16,rep=3", "config": "gate-auto", "max_concurrency": 16,
+         "before": auto_snapshot({0: 100, 1: 50, 3: 10}, 5, best),
+         "after": auto_snapshot({0: 120, 1: 950, 3: 40}, 12, best)},
+        # a snapshot from before the gate's policy existed: no counters per k
+        {"tag": "gate-auto,c=64,rep=1", "config": "gate-auto", "max_concurrency": 64,
+         "before": {"threshold": "auto", "candidates": [0, 1, 3]}, "after": auto_snapshot({0: 9}, 0, best)}])
+    text = report.markdown(sweep_results.load([run]), [run.name], 1000, 20, plot=None)
+    section = text.split("## The auto gate")[1].split("\n## ")[0]
+    assert ("| C | auto | plain | always-on | best fixed N | upstream adaptive | "
+            "auto / max(plain, always-on, best N), ✓ ≥ 0.98 | auto / max(plain, always-on), ✓ ≥ 1.05 | "
+            "k run (share of decode steps) | k best at batch C after |") in section
+    # auto 410 (median of 380 / 410 / 420) against spec's 400: within 0.98, short of 1.05
+    assert "| 1 | 410.0 | 200.0 | 400.0 | 395.0 (N = 16) | – | 1.025× ✓ | 1.025× | – | – |" in section
+    # 2,180 / gate-16's 2,050 and / plain's 2,000; k over the level: 900, 30 and 20 of 950 steps
+    assert ("| 16 | 2,180.0 | 2,000.0 | 1,800.0 | 2,050.0 (N = 16) | 1,900.0 | 1.063× ✓ | 1.090× ✓ "
+            "| 1: 95 % · 3: 3 % · 0: 2 % (+7 probes) | 1 |") in section
+    # no counters per k before the level: no k run; the k best after it stands
+    assert "| 64 | 4,800.0 | 5,000.0 | 3,000.0 | 4,990.0 (N = 4) | – | 0.960× ✗ | 0.960× | – | 0 |" in section
+    assert ("- ✗ auto ≥ 0.98× max(plain, always-on, best fixed N) not at every C: below it at "
+            "C = 64 (0.960×).") in section
+    assert "- ✓ auto ≥ 1.05× max(plain, always-on) at C = 16 (1.090×)." in section
+
+
+def closed_rows(by_name: dict[str, dict[int, float]]) -> sweep_results.Results:
+    """Results holding one closed level per configuration and C, of that output tok/s."""
+    return sweep_results.Results(closed={
+        name: {c: {"tag": f"{name},c={c}", "output_throughput": t} for c, t in by_c.items()}
+        for name, by_c in by_name.items()})
+
+
+def test_the_auto_verdict_says_where_it_could_not_compare_and_where_it_never_beat_both(run_dir: Path) -> None:
+    res = closed_rows({"plain": {1: 100.0, 2: 200.0}, "spec": {1: 150.0, 2: 150.0},
+                       "gate-auto": {1: 153.0, 2: 204.0, 4: 390.0}})
+    levels = auto_verdict.auto_levels(res)
+    assert [(level.c, level.best_n, level.adaptive, level.versus_best) for level in levels] == [
+        (1, None, None, 153.0 / 150.0), (2, None, None, 204.0 / 200.0), (4, None, None, None)]
+    assert auto_verdict.verdict_lines(levels) == [
+        "auto ≥ 0.98× max(plain, always-on, best fixed N) at every C compared (1, 2). Not compared "
+        "at C = 4: plain or always-on did not run there. No fixed N ran at those C.",
+        "auto ≥ 1.05× max(plain, always-on) nowhere (at most 1.020× at C = 1).",
+    ]
+    res = closed_rows({"plain": {1: 100.0}, "spec": {1: 150.0}, "gate-2": {1: 160.0},
+                       "gate-auto": {1: 157.0}})
+    assert auto_verdict.verdict_lines(auto_verdict.auto_levels(res))[0] == (
+        "✓ auto ≥ 0.98× max(plain, always-on, best fixed N) at every C (1).")  # 157 / 160
+    # no auto rows: no section
+    assert auto_verdict.auto_section(sweep_results.load([run_dir])) is None
+    assert "## The auto gate" not in report.markdown(sweep_results.load([run_dir]), [run_dir.name],
+                                                     1000, 20, plot=None)
 
 
 def sglang_histograms(registry):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from benchmark.analysis import kernel_profile, ttft_split, ttft_stages
+from benchmark.analysis.auto_verdict import auto_section
 from benchmark.analysis.markdown_table import md_table
 from benchmark.analysis.profile_tables import (after_prefill_table, gpu_by_span_table, host_calls_table,
                                                host_ops_table, host_pace_table, host_time_table,
@@ -107,6 +108,7 @@ def markdown(res: Results, titles: list[str], slo_ttft_ms: float, slo_tpot_ms: f
                   "cancel in the ratio; without it the runs of a pair were a server start apart."]
     if res.envelope():
         parts += ["## Envelope: gated / max(plain, always-on)", envelope_table(res)]
+    parts += auto_section(res) or []
     if "plain" in res.closed and res.gated():
         parts += ["## Gated / plain (above N the gate is off: this is what being off costs)",
                   versus_plain_table(res),

@@ -4,6 +4,7 @@ domain, and the auto gate against the best fixed N and against upstream's adapti
 from __future__ import annotations
 
 from statistics import median
+from typing import Optional
 
 from benchmark.analysis.markdown_table import fmt, in_order, md_table
 
@@ -30,15 +31,23 @@ def domain_throughput(rows: list[dict]) -> dict[int, float]:
     return {d: tokens[d] / seconds[d] for d in sorted(tokens)}
 
 
+def best_fixed(medians: dict[str, float]) -> Optional[tuple[str, float]]:
+    """The fixed-N gate (``gate-<N>``) of the highest median and that median; None if none ran."""
+    fixed = {name: v for name, v in medians.items() if name.startswith(FIXED_PREFIX) and name != AUTO}
+    if not fixed:
+        return None
+    best = max(fixed, key=fixed.get)
+    return best, fixed[best]
+
+
 def comparisons(medians: dict[str, float]) -> list[tuple[str, float]]:
     """The auto gate's median against the best fixed N's and upstream adaptive's, where both ran."""
     if AUTO not in medians:
         return []
     out = []
-    fixed = {name: v for name, v in medians.items() if name.startswith(FIXED_PREFIX) and name != AUTO}
-    if fixed:
-        best = max(fixed, key=fixed.get)
-        out.append((f"{AUTO} / best fixed N ({best})", medians[AUTO] / fixed[best]))
+    best = best_fixed(medians)
+    if best:
+        out.append((f"{AUTO} / best fixed N ({best[0]})", medians[AUTO] / best[1]))
     for other in (ADAPTIVE, "plain", "spec"):
         if other in medians:
             out.append((f"{AUTO} / {other}", medians[AUTO] / medians[other]))
