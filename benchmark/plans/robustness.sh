@@ -34,7 +34,7 @@
 # host's copy has no git history):
 #   SPECGATE_COMMIT=$(git rev-parse --short HEAD) ROBUSTNESS_BACKENDS="flashinfer triton" \
 #     ROBUSTNESS_AUTO_SMOKE_BACKEND=triton bash benchmark/gpu_job.sh start benchmark/plans/robustness.sh 290
-backends=(${ROBUSTNESS_BACKENDS:-flashinfer})
+read -ra backends <<< "${ROBUSTNESS_BACKENDS:-flashinfer}"
 suite_backend=${ROBUSTNESS_SUITE_BACKEND:-${backends[0]}}
 for backend in "${backends[@]}" "$suite_backend" ${ROBUSTNESS_AUTO_SMOKE_BACKEND:-}; do
   if [ "$backend" = flashinfer ] && ! flashinfer_has_kernels 1b; then
