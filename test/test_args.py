@@ -1,8 +1,8 @@
 """The gate's ServerArgs fields through SGLang's real argument machinery (in this process,
 after SGLang's own plugin loader ran): CLI, --config YAML, env, Engine kwargs, pickling and
-every bad input's message, on the installed release. Records are resolved as that release's
-launcher does (0.5.17 in prepare_server_args, 0.5.23 in resolve_once) and read as its workers
-do (sglang_versions.*.resolved)."""
+every bad input's message, on the installed release (tree drafting's: test_tree_args.py).
+Records are resolved as that release's launcher does (0.5.17 in prepare_server_args, 0.5.23 in
+resolve_once) and read as its workers do (sglang_versions.*.resolved)."""
 
 from __future__ import annotations
 
@@ -278,13 +278,9 @@ BAD_CLI = [
     # Errors about a threshold from the environment name the variable, not a flag never passed.
     ("env re-enable above threshold", ["--speculative-gate-reenable-threshold", "9"], "8",
      [f"the threshold ({ENV}=8 in the environment)", "must be from 1"]),
-    ("env with topk > 1", ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"], "8",
-     [f"{ENV}=8 in the environment: the gate supports chain drafting only"]),
     ("env with dp attention", DP_ATTENTION, "8",
      [f"{ENV}=8 in the environment cannot be combined with {DP_ATTENTION_FLAG}",
       f"unset {ENV} to run without the gate"]),
-    ("topk > 1", [FLAG, "8", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
-     None, [FLAG, "--speculative-eagle-topk 1"]),
     ("dp attention", [FLAG, "8", *DP_ATTENTION], None,
      [FLAG, DP_ATTENTION_FLAG, "Change one of the two", f"drop {FLAG} to run without the gate"]),
     ("pipeline parallel", [FLAG, "8", "--pp-size", "2"], None, [FLAG, "--pp-size"]),
@@ -322,8 +318,6 @@ BAD_CLI = [
      [f"{ENV}=auto in the environment measures", "without --disable-cuda-graph"]),
     ("auto with upstream adaptive", [FLAG, "auto", "--speculative-adaptive"], None,
      [f"{FLAG} auto cannot be combined with --speculative-adaptive"]),
-    ("auto with trees", [FLAG, "auto", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
-     None, [f"{FLAG} auto: the gate supports chain drafting only"]),
 ]
 
 
@@ -371,20 +365,6 @@ def test_threshold_without_eagle(argv, expected, model_dirs, capsys):
         parse(["--model-path", model_dirs[0], "--device", "cuda", *argv])
     assert exit_info.value.code == 2
     assert expected in capsys.readouterr().err
-
-
-def test_tree_drafting_sglang_chose_is_named_as_its_choice(model_dirs, capsys):
-    # The EAGLE-3 flags users start from name no drafting parameters; for a Llama target SGLang
-    # then picks tree drafting (5, 4, 8; speculative_hook.py _auto_choose_speculative_params).
-    target, draft = model_dirs
-    with pytest.raises(SystemExit) as exit_info:
-        parse(["--model-path", target, "--device", "cuda", "--speculative-algorithm", "EAGLE3",
-               "--speculative-draft-model-path", draft, FLAG, "8"])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert ("SGLang chose --speculative-num-steps 5 --speculative-eagle-topk 4 "
-            "--speculative-num-draft-tokens 8 for this model, as none of them was given") in err
-    assert "Pass --speculative-eagle-topk 1 together with --speculative-num-steps S" in err
 
 
 @pytest.mark.parametrize("kwarg, flag", [

@@ -21,6 +21,7 @@ from typing import Callable, List, Optional, Union
 from sglang.srt.arg_groups.arg_utils import A, Arg, NS
 
 from sglang_specgate.auto_policy import AutoGateConfig
+from sglang_specgate.drafting import CHAIN_FLAGS, TREE, drafting_of, tree_candidates, tree_refusal
 from sglang_specgate.policy import GateConfig
 from sglang_specgate.threshold_setting import (AUTO, THRESHOLD_ENV, THRESHOLD_FLAG, ThresholdSetting, parse_count,
                                                parse_threshold, threshold_setting)
@@ -92,8 +93,9 @@ GATE_FIELDS = {
                 f"disable. '{AUTO}': each decode step runs the draft steps (0 = plain, up to "
                 "--speculative-num-steps) with the highest expected tokens per second, from a "
                 "cost table measured at start-up and live acceptance. Env: "
-                f"{THRESHOLD_ENV} (an explicit flag, kwarg or YAML value wins). Needs "
-                "--speculative-eagle-topk 1."
+                f"{THRESHOLD_ENV} (an explicit flag, kwarg or YAML value wins). Chain or tree "
+                "drafting; a tree (--speculative-eagle-topk > 1) needs --page-size 1 and triton or "
+                "flashinfer attention."
             ),
             type_parser=_argparse_type(parse_threshold),
             resolvable=True,
@@ -130,7 +132,8 @@ GATE_FIELDS = {
             help=(
                 f"With {THRESHOLD_FLAG} {AUTO}: the draft step counts it chooses from, e.g. 0,1,3 "
                 "(0 = plain decoding; each is a runtime state captured at start-up). Default: "
-                "every count from 0 to --speculative-num-steps."
+                "every count from 0 to --speculative-num-steps; with tree drafting 0 and "
+                "--speculative-num-steps, the only ones it takes."
             ),
             type_parser=_argparse_type(parse_candidate_steps),
             resolvable=True,
@@ -226,7 +229,8 @@ def auto_gate_config(resolved) -> AutoGateConfig:
     """The auto gate's configuration from resolved args of a server with the auto gate."""
     candidates = getattr(resolved, "speculative_gate_candidate_steps", None)
     if candidates is None:
-        candidates = range(resolved.speculative_num_steps + 1)
+        drafting = drafting_of(resolved)
+        candidates = tree_candidates(drafting) if drafting.shape == TREE else range(drafting.num_steps + 1)
     return AutoGateConfig(candidates=tuple(sorted(candidates)), dwell_steps=resolved.speculative_gate_dwell_steps)
 
 
@@ -330,31 +334,24 @@ def require_active_hooks(setting: ThresholdSetting) -> None:
         )
 
 
-def validate_gate_combination(args, setting: ThresholdSetting,
-                              drafting_chosen_by_sglang: bool = False) -> None:
+def validate_gate_combination(args, setting: ThresholdSetting) -> None:
     """Reject what the gate cannot run and warn where it could never fire (``args``: resolved
-    args, a record or the release's resolved view).
-    ``drafting_chosen_by_sglang``: no drafting parameter was given, so SGLang chose them."""
+    args, a record or the release's resolved view, whose record says whether SGLang chose the
+    drafting: drafting.CHOSEN_BY_SGLANG_ATTRIBUTE)."""
     algorithm = args.speculative_algorithm
     if algorithm not in GATED_ALGORITHMS:
         raise SpecGateConfigError(
             f"{setting} needs --speculative-algorithm EAGLE or EAGLE3 "
             f"(got {algorithm}). Add it with a draft model, or {setting.removal}."
         )
-    if args.speculative_eagle_topk != 1:
-        drafting = (
-            f"SGLang chose --speculative-num-steps {args.speculative_num_steps} "
-            f"--speculative-eagle-topk {args.speculative_eagle_topk} --speculative-num-draft-tokens "
-            f"{args.speculative_num_draft_tokens} for this model, as none of them was given"
-            if drafting_chosen_by_sglang else f"got --speculative-eagle-topk {args.speculative_eagle_topk}"
-        )
-        raise SpecGateConfigError(
-            f"{setting}: the gate supports chain drafting only; {drafting}. Pass "
-            "--speculative-eagle-topk 1 together with --speculative-num-steps S "
-            "--speculative-num-draft-tokens S+1 (the project measured S = 3)."
-        )
-    from sglang_specgate.sglang_versions import installed
+    from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed, installed_release
 
+    drafting = drafting_of(args)
+    if drafting.shape == TREE:
+        refused = tree_refusal(drafting, release=installed_release(), fast_off_path_releases=FAST_OFF_PATH_RELEASES,
+                               page_size=args.page_size, slow_backends=slow_off_path_backends(args))
+        if refused:
+            raise SpecGateConfigError(f"{setting}: {drafting.described()}; {refused}.")
     release = installed()
     for is_set, flag, reason in _UNSUPPORTED:
         if is_set(args):
@@ -386,6 +383,14 @@ def _validate_auto_gate(args, setting: ThresholdSetting) -> None:
     except ValueError as e:
         raise SpecGateConfigError(f"{CANDIDATES_FLAG} {e}.") from None
     steps = args.speculative_num_steps
+    drafting = drafting_of(args)
+    if drafting.shape == TREE and config.candidates != tree_candidates(drafting):
+        raise SpecGateConfigError(
+            f"{CANDIDATES_FLAG} {','.join(map(str, config.candidates))} with tree drafting ({drafting.flags()}): "
+            f"{setting} chooses between plain and the tree only, 0 and {steps}. topk is one value per server, "
+            f"and the draft steps in between would be built as chains. Drop {CANDIDATES_FLAG}, or for finer "
+            f"steps use chain drafting: {CHAIN_FLAGS}."
+        )
     if config.candidates[-1] > steps:
         raise SpecGateConfigError(
             f"{CANDIDATES_FLAG} {','.join(map(str, config.candidates))} goes beyond "

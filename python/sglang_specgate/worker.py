@@ -72,7 +72,7 @@ def select_worker_class(worker_cls, algorithm, server_args):
         raise SpecGateConfigError(
             f"{THRESHOLD_FLAG} {threshold} needs SGLang's EAGLEWorkerV2, but "
             f"{algorithm} selected {worker_cls.__name__}. Drop {THRESHOLD_FLAG} or use "
-            "--speculative-algorithm EAGLE/EAGLE3 with --speculative-eagle-topk 1."
+            "--speculative-algorithm EAGLE or EAGLE3."
         )
     return GatedEAGLEWorkerV2
 

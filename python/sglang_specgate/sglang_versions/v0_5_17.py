@@ -12,6 +12,7 @@ from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 
 from sglang_specgate.args import (GATE_FIELDS, gate_config, gate_field_namespace, require_active_hooks,
                                   resolve_gate_fields, validate_gate_combination)
+from sglang_specgate.drafting import CHOSEN_BY_SGLANG_ATTRIBUTE
 
 RELEASE = "0.5.17"
 DP_ATTENTION_FLAG = "--enable-dp-attention"
@@ -34,10 +35,10 @@ class GateServerArgs(_UpstreamServerArgs):
             require_active_hooks(setting)
         # Without --speculative-num-steps SGLang picks all three drafting parameters itself
         # (speculative_hook.py:588-601): tree drafting, topk 4, for Llama targets.
-        drafting_chosen_by_sglang = self.speculative_num_steps is None and not self.speculative_adaptive
+        setattr(self, CHOSEN_BY_SGLANG_ATTRIBUTE, self.speculative_num_steps is None and not self.speculative_adaptive)
         super().__post_init__()
         if setting.n and self.model_path.lower() not in ("none", "dummy"):
-            validate_gate_combination(self, setting, drafting_chosen_by_sglang)
+            validate_gate_combination(self, setting)
 
     def gate_config(self):
         return gate_config(self)

@@ -17,6 +17,7 @@ from sglang.srt.speculative.eagle_worker_v2 import _qsa_index_share_requested
 
 from sglang_specgate.args import (GATE_FIELDS, gate_config, gate_field_namespace, require_active_hooks,
                                   resolve_gate_fields, usage_error_on_config_error, validate_gate_combination)
+from sglang_specgate.drafting import CHOSEN_BY_SGLANG_ATTRIBUTE
 
 RELEASE = "0.5.23"
 # The flags users name these by (arg_groups/fields/parallel.py:81, exec_.py:629).
@@ -44,6 +45,9 @@ class GateServerArgs(_UpstreamServerArgs):
         # pickles them with the record (server_args.py:474-506).
         self._gate_errors_are_usage_errors = True
 
+    def record_drafting_chooser(self, chosen_by_sglang: bool) -> None:
+        setattr(self, CHOSEN_BY_SGLANG_ATTRIBUTE, chosen_by_sglang)  # bookkeeping, as above
+
 
 def resolve_gate(server_args, previous) -> None:
     """``register_resolution_hook("handle_speculative_decoding")``: the gate's fields are
@@ -58,10 +62,10 @@ def resolve_gate(server_args, previous) -> None:
     if setting.n:
         require_active_hooks(setting)
     # Without --speculative-num-steps SGLang picks all three drafting parameters itself.
-    drafting_chosen_by_sglang = cfg.speculative_num_steps is None and not cfg.speculative_adaptive
+    server_args.record_drafting_chooser(cfg.speculative_num_steps is None and not cfg.speculative_adaptive)
     previous(server_args)
     if setting.n:  # the pipeline returns before this step for dummy models
-        validate_gate_combination(cfg, setting, drafting_chosen_by_sglang)
+        validate_gate_combination(cfg, setting)
 
 
 def resolve(server_args) -> None:
