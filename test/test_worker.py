@@ -288,3 +288,39 @@ def test_a_worker_the_gates_switching_would_break_is_refused_on_its_release(requ
         assert "index_share_for_mtp_iteration" in reason
     else:
         assert reason is None
+
+
+@pytest.mark.parametrize("topk, steps, blocker, verified_with", [
+    (4, worker_module.PLAIN_STEPS, None, 1),  # a tree server's plain step: its one-node tree as a chain
+    (4, 5, None, 4),  # its speculative steps: upstream's tree verify
+    (1, worker_module.PLAIN_STEPS, None, 1),  # a chain: upstream's, untouched
+    (4, worker_module.PLAIN_STEPS, "not verified on a GPU with SGLang 9.9", 4),  # upstream's steps-0 state
+], ids=["tree plain step", "tree speculative step", "chain plain step", "fast off path off"])
+def test_a_tree_servers_plain_step_verifies_without_the_trees_path_compaction(monkeypatch, topk, steps, blocker,
+                                                                             verified_with):
+    """Upstream's own verify runs, on a stand-in worker (building one needs a GPU); its call of
+    run_eagle_verify, which compacts the accepted path for topk > 1 only, is recorded instead of
+    run (it needs a GPU batch)."""
+    from sglang.srt.speculative import eagle_worker_v2
+
+    seen = []
+    monkeypatch.setattr(eagle_worker_v2, "run_eagle_verify", lambda batch, **kwargs: seen.append(kwargs["topk"]))
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker.fast_off_path_blocker, worker.topk, worker.speculative_num_steps = blocker, topk, steps
+    worker.speculative_num_draft_tokens, worker.device = 1, "cpu"
+    worker._target_worker = worker.req_to_token_pool = worker.token_to_kv_pool_allocator = None
+    worker.plan_stream = worker.plan_stream_ctx = None
+    worker.verify(SimpleNamespace(), grammar_barrier=None)
+    assert seen == [verified_with]
+    assert worker.topk == topk and vars(worker)["topk"] == topk  # the server's topk is back
+
+
+def test_upstream_compacts_the_accepted_path_by_the_topk_its_verify_passes():
+    """What ONE_NODE_VERIFY_TOPK relies on: the compaction is gated on run_eagle_verify's topk
+    argument, not on the verify input's (eagle_worker_common.py:630 on 0.5.17, :772 on 0.5.23)."""
+    import inspect
+
+    from sglang.srt.speculative.eagle_worker_common import run_eagle_verify
+
+    assert "if finalize_tree_path and not batch.forward_mode.is_idle() and topk > 1:" in inspect.getsource(
+        run_eagle_verify)

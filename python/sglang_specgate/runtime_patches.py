@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from sglang_specgate.sglang_versions import GPU_0_5_17, GPU_0_5_17_CPU_0_5_23
+from sglang_specgate.sglang_versions import CPU_0_5_17, GPU_0_5_17, GPU_0_5_17_CPU_0_5_23
 
 CLASS_ATTRIBUTE = "class attribute"
 DECLARED_FIELD = "declared field"
@@ -112,6 +112,22 @@ DRAFT_EXTEND_ROUTING = RuntimePatch(
     "(_draft_extend_for_decode), :1134 and :1196 (called by name).",
     removal="With the create_worker hook.",
     verified_on=GPU_0_5_17,
+)
+
+ONE_NODE_VERIFY_TOPK = RuntimePatch(
+    owners=("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2",),
+    attributes=("topk",),
+    check=SET_IN_A_METHOD,
+    by="sglang_specgate.worker",
+    why="A tree server's verify passes the server's topk whatever the state, so each plain step "
+    "would run the tree's accepted-path compaction: a KV move over every target layer and two clones.",
+    how="Around upstream's verify of a plain step on a tree server, the gated worker's own topk is 1 "
+    "(shadowed), so the one-node tree's accepted path, already at the front, is not compacted.",
+    upstream="srt/speculative/eagle_worker_v2.py:1495-1510 (verify passes topk=self.topk); "
+    "eagle_worker_common.py:630-640 (the compaction runs for topk > 1), :406-458 (what it moves).",
+    removal="When upstream's verify skips the compaction for a one-node tree, or with the create_worker "
+    "hook.",
+    verified_on=CPU_0_5_17,
 )
 
 DRAFT_STUBS = RuntimePatch(
@@ -370,6 +386,7 @@ RUNTIME_PATCHES: tuple[RuntimePatch, ...] = (
     TARGET_BACKEND_FACTORY,
     DRAFT_GRAPH_CAPTURE,
     DRAFT_EXTEND_ROUTING,
+    ONE_NODE_VERIFY_TOPK,
     DRAFT_STUBS,
     LOGITS_PROCESSOR_METHODS,
     DRAFT_LAST_MLP,

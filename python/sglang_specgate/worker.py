@@ -13,14 +13,15 @@ steps (deferred_draft_kv.py) instead of replaying that graph each step, and so d
 off, one row per prompt token, instead of running the draft over the prompt; for that the graph
 is also captured at batch sizes above the decode batch's largest. The tensors upstream builds
 for every plain step whose values never change (its one-node verify tree, the stand-ins for the
-skipped draft outputs) are built once (plain_step_constants.py). Switching is upstream's
-``AdaptiveController`` swapping pre-captured runtime states, driven by our policy instead of its
-acceptance EMA; what each swap leaves behind is kept bounded (state_switch.py). For backends
-that plan on host sequence lengths (FlashInfer), the worker records the lengths each forward
-publishes where the host knows them, so the scheduler need not wait for the GPU's copy after a
-plain step (host_seq_lens.py). A plain step stays upstream's one-token verify: the target's own
-decode step in its place was built and measured no faster (docs/design.md, which also has what
-the off state costs against a plain server).
+skipped draft outputs) are built once (plain_step_constants.py), and on a tree server
+(topk > 1) a plain step verifies its one-node tree as a chain, without the tree's accepted-path
+compaction (verify). Switching is upstream's ``AdaptiveController`` swapping pre-captured runtime
+states, driven by our policy instead of its acceptance EMA; what each swap leaves behind is kept
+bounded (state_switch.py). For backends that plan on host sequence lengths (FlashInfer), the
+worker records the lengths each forward publishes where the host knows them, so the scheduler
+need not wait for the GPU's copy after a plain step (host_seq_lens.py). A plain step stays
+upstream's one-token verify: the target's own decode step in its place was built and measured no
+faster (docs/design.md, which also has what the off state costs against a plain server).
 
 On a release where that fast off path has not run on a GPU (sglang_versions.FAST_OFF_PATH_RELEASES),
 none of it is used: plain steps run upstream's own steps-0 state, driven by the same policy.
@@ -53,8 +54,8 @@ from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
-from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, TARGET_BACKEND_FACTORY,
-                                             assign, shadowed, unresolved_names)
+from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, ONE_NODE_VERIFY_TOPK,
+                                             TARGET_BACKEND_FACTORY, assign, shadowed, unresolved_names)
 from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed, installed_release
 from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream_switch_line
 
@@ -326,6 +327,15 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             context_tokens = batch.seq_lens.shape[0] * attn_backend.max_context_len
         return self.plain_step_constants.one_node_verify_input(
             batch.spec_info.bonus_tokens, batch.seq_lens, context_tokens)
+
+    def verify(self, batch, *args, **kwargs):
+        """Upstream's verify; a plain step of a tree server verifies its one-node tree as the
+        chain it is (ONE_NODE_VERIFY_TOPK): with the server's topk upstream would compact the
+        accepted path, an identity there, by moving target KV over every layer."""
+        if self.fast_off_path_blocker or self.topk == 1 or self.speculative_num_steps != PLAIN_STEPS:
+            return super().verify(batch, *args, **kwargs)
+        with shadowed(ONE_NODE_VERIFY_TOPK, self, topk=1):
+            return super().verify(batch, *args, **kwargs)
 
     def _stub_skipped_draft_extend(self, batch, batch_output) -> None:
         """Upstream's stand-ins for the draft outputs a plain step leaves unset, as constants."""
