@@ -9,6 +9,8 @@ from types import SimpleNamespace
 from sglang.srt.managers.io_struct import GetInternalStateReqOutput
 
 from sglang_specgate import host_seq_lens
+from sglang_specgate.drafting import Drafting
+from sglang_specgate.graph_plan import graph_plan
 from sglang_specgate.observability import SwitchLog, add_gate_state, export_gate_metrics
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import GatedEAGLEWorkerV2, ThresholdGateParams
@@ -18,11 +20,16 @@ class StandInWorker(SimpleNamespace):
     gate_state = GatedEAGLEWorkerV2.gate_state  # the real method, on the attributes it reads
 
 
+TREE = Drafting(num_steps=3, topk=4, num_draft_tokens=8, chosen_by="sglang")
+TREE_PLAN = graph_plan(TREE, (1, 2, 4), (0, 3), deferred_writes=True)
+
+
 def gated_scheduler(threshold=4):
     gate = SpecGatePolicy(GateConfig(threshold, threshold, 0))
     worker = StandInWorker(fast_off_path=True, fast_off_path_blocker=None, off_draft_extend="kv-only",
                            skips_off_draft_extend=False, gate_params=ThresholdGateParams(gate, 3),
-                           deferred_draft_kv=None, adaptive_controller=SimpleNamespace(states_built=None))
+                           deferred_draft_kv=None, adaptive_controller=SimpleNamespace(states_built=None),
+                           drafting=TREE, graph_plan=TREE_PLAN)
     return SimpleNamespace(draft_worker=worker), gate
 
 
@@ -35,7 +42,9 @@ def test_internal_state_carries_the_gate(monkeypatch):
     assert result.internal_state["spec_gate"] == {
         "active": False, "threshold": 4, "reenable_threshold": 4, "dwell_steps": 0,
         "decode_steps_spec": 1, "decode_steps_plain": 2, "switches": 1,
-        "last_decode_batch_size": 9, "draft_steps": 0, "states_built": None, "fast_off_path": True,
+        "last_decode_batch_size": 9, "draft_steps": 0,
+        "drafting": {"shape": "tree", "topk": 4, "num_steps": 3, "num_draft_tokens": 8, "chosen_by": "sglang"},
+        "graph_plan": TREE_PLAN, "states_built": None, "fast_off_path": True,
         "fast_off_path_blocker": None, "off_draft_extend": "kv-only",
         "deferred_draft_kv": None, "reenable_acceptance": {"reenables": 0, "recent": []},
         "host_seq_lens": None,

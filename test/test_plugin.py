@@ -380,6 +380,27 @@ def test_doctor_describes_the_auto_gate(eagle_argv):
     assert fast_off_path in result.stdout  # the off path the auto gate's k = 0 runs
 
 
+@pytest.mark.parametrize("drafting, block, reserved", [
+    ([], '{"shape": "chain", "topk": 1, "num_steps": 3, "num_draft_tokens": 4, "chosen_by": "user"}', 8),
+    (["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
+     '{"shape": "tree", "topk": 4, "num_steps": 3, "num_draft_tokens": 8, "chosen_by": "user"}', 24),
+], ids=["chain", "tree"])
+def test_doctor_reports_the_drafting_and_what_it_plans(drafting, block, reserved, eagle_argv):
+    result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, *drafting, FLAG, "16",
+                         "--max-running-requests", "32"])
+    if drafting and RELEASE not in FAST_OFF_PATH_RELEASES:  # trees are refused there
+        assert "tree drafting needs the gate's fast off path" in result.stderr
+        return
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"[ok] drafting: {block}" in result.stdout
+    assert f"[ok] KV reserved each decode step: {reserved} tokens a request" in result.stdout
+    width = 8 if drafting else 4
+    assert (f"[ok] planned CUDA graphs: draft steps 3: target verify at 20 batch sizes 1..32, {width} tokens a "
+            "request; draft decode at 20 batch sizes 1..32") in result.stdout
+    assert "[ok] planned CUDA graphs: draft steps 0: target verify at 20 batch sizes 1..32, 1 token a request" \
+        in result.stdout
+
+
 def test_doctor_warns_where_the_off_path_is_upstreams(eagle_argv):
     result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "16",
                          "--max-running-requests", "64", "--attention-backend", "fa3"])

@@ -370,7 +370,7 @@ def validate_gate_combination(args, setting: ThresholdSetting) -> None:
 
 
 def _validate_auto_gate(args, setting: ThresholdSetting) -> None:
-    decode_graphs = getattr(_decode_graph_config(args), "backend", None)
+    decode_graphs = getattr(decode_graph_config(args), "backend", None)
     if decode_graphs != FULL_DECODE_GRAPHS:
         raise SpecGateConfigError(
             f"{setting} measures each draft step count's cost by replaying its full decode CUDA "
@@ -457,7 +457,7 @@ def slow_off_path_backends(args) -> list[str]:
     return target
 
 
-def _decode_graph_config(args):
+def decode_graph_config(args):
     """The decode phase's CUDA-graph settings as resolution left them (its backend, sizes), or
     None: what --cuda-graph-backend-decode, --disable-cuda-graph and the rest came to."""
     return getattr(getattr(args, "cuda_graph_config", None), "decode", None)
@@ -466,7 +466,7 @@ def _decode_graph_config(args):
 def _largest_decode_graph_batch(args) -> Optional[int]:
     if args.disable_cuda_graph:
         return None
-    decode = _decode_graph_config(args)
+    decode = decode_graph_config(args)
     sizes = getattr(decode, "bs", None)
     if sizes:
         return max(sizes)

@@ -131,21 +131,28 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
         def sizes_for_writes(model_runner, *args, **kwargs):
             capture_bs, compile_bs = sizes_for_decode(model_runner, *args, **kwargs)
             largest = max(capture_bs)
-            write_sizes = [largest * k for k in range(2, steps_per_write + 1)]
-            rows = write_sizes[-1] if write_sizes else largest
-            while rows < MIN_WRITE_ROWS:
-                rows = min(2 * rows, MIN_WRITE_ROWS)
-                write_sizes.append(rows)
-            if write_sizes:
-                take_rows(draft_backend, write_sizes[-1])
+            sizes = write_sizes(largest, steps_per_write)
+            if sizes:
+                take_rows(draft_backend, sizes[-1])
                 logger.info("spec gate: the off state's draft KV writes also take %s rows (up to %d "
-                            "decode steps of %d, or a prompt's rows)", write_sizes, steps_per_write, largest)
-                hold_logits_rows(model_runner, write_sizes[-1], capture)
-            return sorted({*capture_bs, *write_sizes}), compile_bs
+                            "decode steps of %d, or a prompt's rows)", sizes, steps_per_write, largest)
+                hold_logits_rows(model_runner, sizes[-1], capture)
+            return sorted({*capture_bs, *sizes}), compile_bs
 
         capture.enter_context(shadowed(DRAFT_EXTEND_CAPTURE_SIZES, draft_extend_graphs,
                                        get_batch_sizes_to_capture=sizes_for_writes))
         yield
+
+
+def write_sizes(largest: int, steps_per_write: int) -> list[int]:
+    """The batch sizes the write graph takes beyond the decode batch sizes (capture_write_sizes),
+    the largest of which is ``largest``."""
+    sizes = [largest * k for k in range(2, steps_per_write + 1)]
+    rows = sizes[-1] if sizes else largest
+    while rows < MIN_WRITE_ROWS:
+        rows = min(2 * rows, MIN_WRITE_ROWS)
+        sizes.append(rows)
+    return sizes
 
 
 def hold_logits_rows(model_runner, rows: int, capture: contextlib.ExitStack) -> None:

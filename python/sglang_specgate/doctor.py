@@ -3,12 +3,14 @@
 Checks, in a fresh process, what a server would do at start-up: the SGLang version (and what
 has run on a GPU with it), entry point discovery by SGLang's own loader, every hook target and runtime-patched name resolving,
 every hook being applied, the effective threshold (from arguments and the environment),
-whether the attention backends give the fast off path (a warning, not a problem) and whether
-FlashInfer's plain steps take the gate's host sequence lengths. Exit status 1 on any problem.
+whether the attention backends give the fast off path (a warning, not a problem), the drafting
+shape with the CUDA graphs and KV reservation it plans (graph_plan.py), and whether FlashInfer's
+plain steps take the gate's host sequence lengths. Exit status 1 on any problem.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from importlib.metadata import entry_points
 
@@ -71,6 +73,8 @@ def run(server_argv: list[str]) -> int:
         from sglang_specgate.args import (HOST_SEQ_LENS_ENV, THRESHOLD_ENV, SpecGateConfigError,
                                           auto_gate_config, gate_config, gate_is_auto, host_seq_lens_enabled,
                                           slower_off_path, threshold_from_env)
+        from sglang_specgate.drafting import drafting_of
+        from sglang_specgate.graph_plan import decode_graph_sizes, described, graph_plan
         from sglang_specgate.sglang_versions import installed
 
         if not server_argv:  # with them, their resolution reads it, where a flag does not win
@@ -101,8 +105,11 @@ def run(server_argv: list[str]) -> int:
             else:
                 resolved = installed().resolved(args)
                 cfg = gate_config(resolved)
+                drafting = drafting_of(resolved)
+                candidates = (0, drafting.num_steps)  # the threshold gate's states
                 if gate_is_auto(resolved):
                     auto = auto_gate_config(resolved)
+                    candidates = auto.candidates
                     report(True, "effective gate", f"auto: draft steps chosen per decode step from "
                            f"{list(auto.candidates)}, a move held for {auto.dwell_steps} steps; "
                            "its cost table is measured at start-up")
@@ -114,5 +121,11 @@ def run(server_argv: list[str]) -> int:
                     slower = slower_off_path(resolved)
                     report(not slower, "fast off path",
                            slower or f"{installed().attention_backends(resolved)[1]} attention", level="warn")
+                    report(True, "drafting", json.dumps(drafting.snapshot()))
+                    plan = graph_plan(drafting, decode_graph_sizes(resolved), candidates, deferred_writes=not slower)
+                    report(True, "KV reserved each decode step",
+                           f"{plan['kv_reserved_tokens_per_request']} tokens a request")
+                    for line in described(plan):
+                        report(True, "planned CUDA graphs", line)
     print("doctor: " + ("all checks passed" if not problems else f"{len(problems)} problem(s)"))
     return 1 if problems else 0

@@ -50,6 +50,8 @@ from sglang_specgate.args import (THRESHOLD_FLAG, SpecGateConfigError, auto_gate
                                   host_seq_lens_enabled)
 from sglang_specgate.controller_params import PLAIN_STEPS, AutoGateParams, ThresholdGateParams
 from sglang_specgate.deferred_draft_kv import NO_GRAPH, DeferredDraftKV, capture_write_sizes, why_not_deferred
+from sglang_specgate.drafting import drafting_of
+from sglang_specgate.graph_plan import decode_graph_sizes, described, graph_plan
 from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
@@ -193,11 +195,19 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
         if self.fast_off_path_blocker:
             logger.warning("spec gate: fast off path off, %s: off steps run upstream's steps-0 state",
                            self.fast_off_path_blocker)
+        self.drafting = drafting_of(resolved)
+        self.graph_plan = graph_plan(self.drafting, decode_graph_sizes(resolved), self.gate_params.candidate_steps,
+                                     deferred_writes=self.fast_off_path_blocker is None)
+        logger.info("spec gate: %s drafting (%s, chosen by %s), KV reserved %d tokens a request; planned graphs: %s",
+                    self.drafting.shape, self.drafting.flags(), self.drafting.chosen_by,
+                    self.graph_plan["kv_reserved_tokens_per_request"], " | ".join(described(self.graph_plan)))
 
     def gate_state(self) -> dict:
         """What /server_info shows under internal_states[i].spec_gate."""
         return {
             **self.gate_params.snapshot(),
+            "drafting": self.drafting.snapshot(),
+            "graph_plan": self.graph_plan,
             "states_built": self.adaptive_controller.states_built,
             "fast_off_path": self.fast_off_path,
             "fast_off_path_blocker": self.fast_off_path_blocker,
