@@ -177,6 +177,38 @@ def test_server_configs_and_commands(tmp_path: Path) -> None:
     assert "--speculative-draft-load-format" not in config.server_command(args, by_name["plain"])
 
 
+def test_tree_drafting_reaches_every_speculative_server(tmp_path: Path) -> None:
+    args = sweep.parse_args(sweep_args(tmp_path, "--configs", "plain,spec,gate,gate-auto", "--thresholds", "8",
+                                       "--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
+                                       "--speculative-num-draft-tokens", "8"))
+    configs = config.server_configs(args.configs, args.thresholds, config.Speculation.from_args(args), args.run_dir)
+    tree = "--speculative-num-steps 5 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8"
+    assert [tree in " ".join(config.server_command(args, c)) for c in configs] == [False, True, True, True]
+
+
+@pytest.mark.parametrize("bad, error", [
+    (["--configs", "plain,spec", "--speculative-eagle-topk", "4"], "give its size, --speculative-num-draft-tokens D"),
+    (["--configs", "spec,upstream-gate", "--thresholds", "8", "--speculative-eagle-topk", "4",
+      "--speculative-num-draft-tokens", "8"], "upstream-gate: upstream's --speculative-adaptive turns itself off"),
+])
+def test_a_tree_the_sweep_cannot_measure_is_refused(tmp_path: Path, capsys, bad: list[str], error: str) -> None:
+    with pytest.raises(SystemExit):
+        sweep.parse_args(sweep_args(tmp_path, *bad))
+    assert error in capsys.readouterr().err
+
+
+def test_the_setup_line_names_a_tree() -> None:
+    info = {"model_path": "t", "speculative_draft_model_path": "d", "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": 5, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8,
+            "max_running_requests": 128, "version": "0.5.17"}
+    row = {"server_info": info, "sharegpt_output_len": 256}
+    line = sweep_tables.setup_line(sweep_results.Results(closed={"spec": {1: row}}))
+    assert "5 draft steps of a tree (topk 4, 8 draft tokens), output 256 tokens per request" in line
+    chain = {**info, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 6}
+    assert "5 draft steps, output" in sweep_tables.setup_line(
+        sweep_results.Results(closed={"spec": {1: {**row, "server_info": chain}}}))
+
+
 def test_bench_command(tmp_path: Path) -> None:
     args = sweep.parse_args(sweep_args(tmp_path, "--output-len", "128"))
     closed = commands.bench_command(args, url=config.base_url(args), tag="spec,c=8", dataset=Path("d.jsonl"),

@@ -786,6 +786,8 @@ def test_dry_run_prints_the_gated_server(tmp_path: Path, capsys: pytest.CaptureF
     ["--url", "http://x", "--", "--tp-size", "2"],  # flags for a server it does not start
     ["--model-path", "/m/t", "--draft-model-path", "/m/d"],  # no threshold
     ["--url", "http://x", "--warmup", "100", "--duration", "60"],
+    # A tree of no given size.
+    ["--model-path", "/m/t", "--draft-model-path", "/m/d", "--threshold", "8", "--speculative-eagle-topk", "4"],
 ])
 def test_soak_rejects_bad_options(bad: list[str]) -> None:
     with pytest.raises(SystemExit):

@@ -140,9 +140,11 @@ def setup_line(res: Results) -> str:
     rows += [r for phases in res.bursty.values() for r in phases]
     spec_rows = [r for r in rows if (r.get("server_info") or {}).get("speculative_algorithm")]
     info = (spec_rows or rows)[0].get("server_info") or {}
+    topk = info.get("speculative_eagle_topk") or 1
+    tree = f" of a tree (topk {topk}, {info.get('speculative_num_draft_tokens')} draft tokens)" if topk > 1 else ""
     return (f"target `{info.get('model_path')}`, "
             f"draft `{info.get('speculative_draft_model_path')}`, "
-            f"{info.get('speculative_num_steps')} draft steps, "
+            f"{info.get('speculative_num_steps')} draft steps{tree}, "
             f"{output_lengths(rows[0])}, "
             f"max running requests {info.get('max_running_requests')}, "
             f"SGLang {info.get('version')}")

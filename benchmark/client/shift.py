@@ -66,6 +66,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.server_flags = server_flags
     if not set(args.configs) <= set(CONFIG_KINDS):
         p.error(f"--configs: choose from {', '.join(CONFIG_KINDS)}, got {args.configs}")
+    drafting_error = Speculation.from_args(args).why_not(args.configs)
+    if drafting_error:
+        p.error(drafting_error)
     if {"gate", "upstream-gate"} & set(args.configs) and not args.thresholds:
         p.error("--thresholds: the N of each gate and upstream-gate server")
     try:  # the schedule's numbers first; its domains are the pair's, read where the load runs

@@ -335,6 +335,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("give --url, or --model-path, --draft-model-path and --threshold")
     if args.threshold is not None and args.threshold < 1:
         p.error("--threshold: N >= 1")
+    drafting_error = Speculation.from_args(args).why_not(["gate"])
+    if drafting_error:
+        p.error(drafting_error)
     if args.warmup is not None and not 0 <= args.warmup < args.duration:
         p.error("--warmup must be shorter than --duration")
     for name in ("abort_fraction", "prefill_abort_fraction", "logprob_fraction", "stop_fraction",

@@ -199,6 +199,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--scenarios: closed and/or bursty, got {args.scenarios}")
     if not set(args.configs) <= set(CONFIG_KINDS):
         p.error(f"--configs: choose from {', '.join(CONFIG_KINDS)}, got {args.configs}")
+    drafting_error = Speculation.from_args(args).why_not(args.configs)
+    if drafting_error:
+        p.error(drafting_error)
     if args.interleave:
         interleave_error = why_not_interleaved(args, server_flags)
         if interleave_error:

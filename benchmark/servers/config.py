@@ -1,10 +1,11 @@
 """The sweep's server configurations, and the command line that starts each one.
 
-``plain`` decodes without speculation; ``spec`` runs EAGLE chain drafting always; ``upstream-gate``
-is upstream's own hard gate (``--speculative-adaptive``) and ``gate`` this plugin's, each once per
-threshold N; ``gate-auto`` is this plugin's gate choosing its draft steps itself, and
-``upstream-adaptive`` upstream's ``--speculative-adaptive`` with its defaults. Every server gets the
-same batch range, so that only the decoding differs.
+``plain`` decodes without speculation; ``spec`` runs EAGLE drafting (a chain, or a tree with
+``--speculative-eagle-topk``) always; ``upstream-gate`` is upstream's own hard gate
+(``--speculative-adaptive``) and ``gate`` this plugin's, each once per threshold N; ``gate-auto``
+is this plugin's gate choosing its draft steps itself, and ``upstream-adaptive`` upstream's
+``--speculative-adaptive`` with its defaults. Every server gets the same batch range, so that only
+the decoding differs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Optional
 
 CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate", "gate-auto", "upstream-adaptive")
 GATE_KINDS = ("upstream-gate", "gate")
+UPSTREAM_ADAPTIVE_KINDS = ("upstream-gate", "upstream-adaptive")  # upstream's --speculative-adaptive
 
 # --interleave: the servers share the GPU, all of them together this fraction of its memory
 # (the rest is activations). SGLang makes a server's static memory --mem-fraction-static of the
@@ -27,30 +29,47 @@ INTERLEAVED_MEMORY = 0.85
 
 @dataclass(frozen=True)
 class Speculation:
-    """The EAGLE flags shared by every speculative configuration (chain drafting)."""
+    """The EAGLE flags shared by every speculative configuration: chain drafting (topk 1,
+    S + 1 draft tokens) unless ``topk`` makes it a tree of ``num_draft_tokens``."""
 
     algorithm: str
     draft_model_path: str
     num_steps: int
     draft_load_format: Optional[str]
+    topk: int = 1
+    num_draft_tokens: Optional[int] = None  # None: S + 1, a chain's
 
     def flags(self) -> list[str]:
         flags = [
             "--speculative-algorithm", self.algorithm,
             "--speculative-draft-model-path", self.draft_model_path,
             "--speculative-num-steps", str(self.num_steps),
-            "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", str(self.num_steps + 1),
+            "--speculative-eagle-topk", str(self.topk),
+            "--speculative-num-draft-tokens", str(self.num_draft_tokens or self.num_steps + 1),
         ]
         if self.draft_load_format:
             flags += ["--speculative-draft-load-format", self.draft_load_format]
         return flags
 
+    def why_not(self, kinds: list[str]) -> Optional[str]:
+        """What in these configurations cannot run with this drafting, with the fix; None if nothing."""
+        if self.topk == 1:
+            return None
+        if self.num_draft_tokens is None:
+            return "--speculative-eagle-topk > 1 drafts a tree: give its size, --speculative-num-draft-tokens D"
+        upstream = [kind for kind in kinds if kind in UPSTREAM_ADAPTIVE_KINDS]
+        if upstream:
+            # adaptive_spec_params.py:59-66: it logs a warning and runs the server always on.
+            return (f"{', '.join(upstream)}: upstream's --speculative-adaptive turns itself off with "
+                    "--speculative-eagle-topk > 1, so it would measure always-on speculation: drop it, "
+                    "or use --speculative-eagle-topk 1")
+        return None
+
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Speculation":
         """From the options of ``add_server_arguments``."""
-        return cls(args.speculative_algorithm, args.draft_model_path or "",
-                   args.speculative_num_steps, args.draft_load_format)
+        return cls(args.speculative_algorithm, args.draft_model_path or "", args.speculative_num_steps,
+                   args.draft_load_format, args.speculative_eagle_topk, args.speculative_num_draft_tokens)
 
 
 @dataclass(frozen=True)
@@ -150,6 +169,9 @@ def add_server_arguments(p: argparse.ArgumentParser, *, model_required: bool,
     p.add_argument("--speculative-algorithm", default="EAGLE3")
     p.add_argument("--speculative-num-steps", type=int, default=3,
                    help="draft steps S (chain drafting: topk 1, S+1 draft tokens)")
+    p.add_argument("--speculative-eagle-topk", type=int, default=1,
+                   help="K > 1: tree drafting, with --speculative-num-draft-tokens")
+    p.add_argument("--speculative-num-draft-tokens", type=int, help="a tree's draft tokens D")
     p.add_argument("--draft-load-format", help="e.g. dummy, for config-only draft models")
     p.add_argument("--max-running-requests", type=int,
                    help=f"for every server (default: {max_running_default})")
