@@ -76,11 +76,13 @@ def start_server(model_pair, servers, tmp_path_factory):
     log_dir = Path(os.environ.get("SPECGATE_GPU_LOGS", tmp_path_factory.mktemp("logs")))
 
     def start(name: str, *, spec: bool, extra: tuple[str, ...] = (), tp: int = 1,
-              pair: Path | None = None, env: dict[str, str] | None = None) -> Server:
+              pair: Path | None = None, env: dict[str, str] | None = None,
+              drafting: list[str] = SPEC_FLAGS) -> Server:
+        """``drafting``: the speculative flags (SPEC_FLAGS' chain, or servers.TREE_FLAGS)."""
         pair = pair or model_pair
         argv = ["--model-path", str(pair / "target")]
         if spec:
-            argv += SPEC_FLAGS + ["--speculative-draft-model-path", str(pair / "draft")]
+            argv += drafting + ["--speculative-draft-model-path", str(pair / "draft")]
         server = Server(name, argv + list(extra), 30100 + len(servers), log_dir, tp, env)
         servers.append(server)
         return server

@@ -2,9 +2,9 @@
 
 Greedy decoding on the generated pair is exact (its logits are separated by ~sqrt(hidden)) and
 known in advance (the pair's walk, Design.continuation in benchmark/pairs/design.py), so plain,
-always-on, gated and TP=2 gated servers must each emit it token for token, hence agree with each
-other; the load ramps across the threshold while long requests are running, so their lifetimes
-span gate switches.
+always-on, gated (chain or tree drafting) and TP=2 gated servers must each emit it token for
+token, hence agree with each other; the load ramps across the threshold while long requests are
+running, so their lifetimes span gate switches.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from benchmark.servers.endpoints import http_json
 from benchmark.servers.launch import wait_for
-from servers import ATTENTION_BACKEND, KV_PROBE_OFFSET, THRESHOLD, ramping_load
+from servers import ATTENTION_BACKEND, KV_PROBE_OFFSET, SPEC_FLAGS, THRESHOLD, TREE_FLAGS, ramping_load
 from sglang_specgate.args import host_seq_lens_enabled
 from sglang_specgate.reenable import WINDOW_STEPS
 
@@ -145,9 +145,10 @@ def walk_prompts(design, seed: int = 2) -> list[list[int]]:
     return [[t] + design.continuation(t, rng.randrange(KV_PROBE_OFFSET, 200)) for t in starts]
 
 
-def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None) -> list[dict]:
+def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None,
+                    drafting: list[str] = SPEC_FLAGS) -> list[dict]:
     """Greedy ramping load on the KV-probe pair; the re-enable episodes the gate recorded."""
-    server = start_server(name, spec=True, pair=probe_pair, env=env, extra=(
+    server = start_server(name, spec=True, pair=probe_pair, env=env, drafting=drafting, extra=(
         "--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4"))
     load_prompts = walk_prompts(probe_design)
     try:
@@ -166,12 +167,16 @@ def probe_reenables(start_server, probe_pair, probe_design, name: str, env=None)
     return episodes
 
 
+def assert_warm_reenables(episodes: list[dict]) -> None:
+    for episode in episodes:
+        assert episode["before"] >= 1.5, episode  # the probe pair speculates as designed
+        assert episode["steps_to_recover"] is not None, episode  # within WINDOW_STEPS = 10
+
+
 def test_reenable_is_warm_for_a_draft_that_reads_its_kv_cache(start_server, probe_pair, probe_design):
     # The long requests decode a whole burst (48 tokens) with speculation off; right after
     # re-enabling, their draft reads entries KV_PROBE_OFFSET back that were written while off.
-    for episode in probe_reenables(start_server, probe_pair, probe_design, "probe-gated"):
-        assert episode["before"] >= 1.5, episode  # the probe pair speculates as designed
-        assert episode["steps_to_recover"] is not None, episode  # within WINDOW_STEPS = 10
+    assert_warm_reenables(probe_reenables(start_server, probe_pair, probe_design, "probe-gated"))
 
 
 @pytest.mark.parametrize("name, spec", [("probe-plain", False), ("probe-spec", True)])
@@ -316,6 +321,38 @@ def test_auto_gate_measures_its_costs_and_keeps_greedy_outputs(start_server, ser
     assert state["calibration_s"] > 0 and state["states_built"]["states"] == [0, 1, 2, 3]
     assert sum(state["decode_steps"].values()) + state["probes"] > 0
     assert metric_total(metrics, "sglang:spec_gate_draft_steps") == state["draft_steps"]
+
+
+TREE_DRAFTING = {"shape": "tree", "topk": 4, "num_steps": 5, "num_draft_tokens": 8, "chosen_by": "user"}
+
+
+@pytest.mark.fast_off_path  # trees are gated on the releases the fast off path runs on only
+@pytest.mark.parametrize("name, gated", [("tree-gated", True), ("tree-spec", False)])
+def test_tree_drafting_keeps_greedy_outputs_across_switches(start_server, designed_greedy, name, gated):
+    # Tree drafting (topk 4, 8 draft tokens) gated both ways under the ramping load, and always on
+    # as the control: a mismatch there is upstream's tree, not the gate's. The design is what the
+    # plain server emits (test_greedy_outputs_identical).
+    gate = ("--speculative-disable-batch-threshold", str(THRESHOLD), "--speculative-gate-dwell-steps", "4")
+    server = start_server(name, spec=True, drafting=TREE_FLAGS, extra=gate if gated else ())
+    try:
+        mismatched = mismatches(greedy_run(server, prompts()), designed_greedy)
+        state = server.gate_state()
+    finally:
+        server.stop()
+    print(name, "gate state after the greedy run:", json.dumps(state))  # the figures, with -s
+    assert not mismatched, f"{name} differs from the designed output: {mismatched[:20]}"
+    if not gated:
+        return
+    assert state["drafting"] == TREE_DRAFTING and state["fast_off_path"] is True, state
+    assert state["switches"] >= 2 and state["decode_steps_spec"] > 0 and state["decode_steps_plain"] > 0, state
+    assert_host_lengths_agreed(state)
+
+
+@pytest.mark.fast_off_path
+def test_tree_drafting_reenables_warm_for_a_draft_that_reads_its_kv_cache(start_server, probe_pair, probe_design):
+    # As the chain's test: the first tree steps after an off period draft from KV written while off.
+    assert_warm_reenables(probe_reenables(start_server, probe_pair, probe_design, "probe-tree-gated",
+                                          drafting=TREE_FLAGS))
 
 
 def tensor_parallel_size() -> int:
