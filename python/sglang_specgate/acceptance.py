@@ -3,6 +3,8 @@ i-th draft token is accepted given that every earlier one was.
 
 With chain drafting (top-k 1) a request whose verify accepted a of k drafts reached positions
 1..min(a + 1, k) and passed 1..a, so one verify result gives every reached position a trial.
+A tree's verify accepts a path of a of its k depths, read the same way (position i: depth i);
+the auto gate weighs a tree only against plain decoding, whose tokens a step are 1.
 Each position's estimate forgets at the rate it learns: every new observation of a position
 multiplies its older evidence by 1 - 1/window, so its noise does not depend on the batch size,
 and a position that is not drafted keeps what it last learnt. A prior, worth ``prior_weight``
