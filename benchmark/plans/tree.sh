@@ -1,5 +1,6 @@
-# The gate with tree drafting (issue 64), one part a session (TREE_PART); nothing of it has run
-# on a GPU yet.
+# The gate with tree drafting (issue 64), one part a session (TREE_PART). Ran: the gated case of
+# the greedy test alone on Triton, short form, passed (da92e01, H100; the always-on control was cut
+# by the session's budget: results/2026-12-07-tree-gated-greedy-1b-triton).
 # - sweep: the 8B pair of accept length TREE_ACCEPT (default 2.2, its chain's), plain, the tree
 #   always on (spec) and the gate at TREE_N (default 9, the chain's crossover at 2.2) with every
 #   server resident (sweep.py --interleave), the tree TREE_STEPS / TREE_TOPK / TREE_DRAFT_TOKENS
