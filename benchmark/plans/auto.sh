@@ -5,9 +5,13 @@
 #   (calibration on real graphs, greedy outputs on the design, the chosen k exported), then its
 #   server log's "spec gate" lines (the measured cost table, the states' build time and memory):
 #   AUTO_PART=smoke bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
-# - sweep (about 25 minutes): the 8B pair at AUTO_ACCEPT (default 2.2; then 3.2 and 1.3, a
-#   session each), plain, always-on, the gate at AUTO_N (default 9, the crossover at 2.2) and
-#   the auto gate with every server resident, C = 1..128, AUTO_REPEATS (default 3) runs a level:
+# - sweep: the 8B pair at AUTO_ACCEPT (default 2.2; then 3.2 and 1.3, a session each), plain,
+#   always-on, the gate at AUTO_N (default 9, the crossover at 2.2) and the auto gate with every
+#   server resident (four 8B servers: an H200, run's needs_h200), at AUTO_LEVELS (default
+#   C = 1..128), AUTO_REPEATS (default 3) runs a level of 4·C prompts (at least 16), outputs of
+#   128-384 tokens. From the 2.2 sweep's throughputs (results/2026-11-30-8b-accept-2.2), about
+#   17 minutes of runs, most of them always-on at C = 64 and 128 and every server at C = 1,
+#   plus four server starts: about 23 minutes:
 #   AUTO_PART=sweep AUTO_ACCEPT=2.2 AUTO_N=9 bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
 # - shift (about 25 minutes): the 8B pair with two domains (accept 3.2 and 1.3), the shift
 #   scenario (four 30 s phases a round, C stepping 4, 64, 16, 32 every 15 s, two rounds) on the
@@ -25,8 +29,9 @@ case ${AUTO_PART:-smoke} in
     phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length "$accept" --seed 0 --device cuda
     phase "sweep-$accept" python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/auto-sweep-8b-$accept" \
       --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds "${AUTO_N:-9}" \
-      --configs plain,spec,gate,gate-auto --scenarios closed --concurrency 1,2,4,8,16,32,64,128 \
-      --repeat-levels "${AUTO_REPEATS:-3}" --output-len 256 -- "${server_flags[@]}"
+      --configs plain,spec,gate,gate-auto --scenarios closed --concurrency "${AUTO_LEVELS:-1,2,4,8,16,32,64,128}" \
+      --prompts-per-concurrency 4 --min-prompts 16 --repeat-levels "${AUTO_REPEATS:-3}" \
+      --warm-up-level 16 --output-len 256 --output-len-spread 0.5 -- "${server_flags[@]}"
     keep_lines "$RESULTS/auto-sweep-8b-$accept/logs" ;;
   shift)
     phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
