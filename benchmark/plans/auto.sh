@@ -13,11 +13,11 @@
 #   17 minutes of runs, most of them always-on at C = 64 and 128 and every server at C = 1,
 #   plus four server starts: about 23 minutes:
 #   AUTO_PART=sweep AUTO_ACCEPT=2.2 AUTO_N=9 bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
-# - shift (about 25 minutes): the 8B pair with two domains (accept 3.2 and 1.3), the shift
-#   scenario (four 30 s phases a round, C stepping 4, 64, 16, 32 every 15 s, two rounds) on the
-#   auto gate, upstream's --speculative-adaptive and the fixed N of each domain's crossover and
-#   between (AUTO_SHIFT_N, default 1,9,31), one server at a time; results in a folder whose name
-#   holds "shift":
+# - shift (about 22 minutes, fits an H100): the 8B pair with two domains (accept 3.2 and 1.3),
+#   the shift scenario (the domain switching every 60 s, C stepping 4, 64, 16, 32 every 15 s,
+#   two rounds of both domains) on the auto gate, upstream's --speculative-adaptive and the
+#   fixed N of the crossovers between (AUTO_SHIFT_N, default 9,31: 1.3's is plain), one server
+#   at a time; results in a folder whose name holds "shift":
 #   AUTO_PART=shift bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
 backend=${AUTO_BACKEND:-triton}
 server_flags=(--attention-backend "$backend" --sampling-backend pytorch --grammar-backend none)
@@ -37,8 +37,8 @@ case ${AUTO_PART:-smoke} in
     phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
     phase shift python3 -m benchmark.client.shift --run-dir "$RESULTS/shift-8b-3.2-1.3" \
       --model-path /tmp/p8d/target --draft-model-path /tmp/p8d/draft --design /tmp/p8d/design.json \
-      --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-1,9,31}" \
-      --phases 4 --phase-s 30 --concurrency 4,64,16,32 --concurrency-s 15 --rounds 2 \
+      --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" \
+      --phases 2 --phase-s 60 --concurrency 4,64,16,32 --concurrency-s 15 --rounds 2 \
       -- "${server_flags[@]}"
     keep_lines "$RESULTS/shift-8b-3.2-1.3/logs" ;;
   *) log "unknown AUTO_PART ${AUTO_PART}: smoke, sweep or shift" ;;
