@@ -13,9 +13,14 @@
 #   17 minutes of runs, most of them always-on at C = 64 and 128 and every server at C = 1,
 #   plus four server starts: about 23 minutes:
 #   AUTO_PART=sweep AUTO_ACCEPT=2.2 AUTO_N=9 bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
+#   Whether the context length moves the best k (the cost table is timed at the graphs' captured
+#   lengths): the same part with prompts of AUTO_CONTEXT_CHARS characters of file context
+#   (default 1,500, about 400 tokens), fewer servers and levels that fit their KV, in a folder
+#   named after it, e.g.
+#   AUTO_PART=sweep AUTO_CONTEXT_CHARS=8000 AUTO_CONFIGS=plain,spec,gate-auto AUTO_LEVELS=2,4,8,16,32 ...
 # - shift (about 22 minutes, fits an H100): the 8B pair with two domains (accept 3.2 and 1.3),
 #   the shift scenario (the domain switching every 60 s, C stepping 4, 64, 16, 32 every 15 s,
-#   two rounds of both domains) on the auto gate, upstream's --speculative-adaptive and the
+#   AUTO_SHIFT_ROUNDS (default 2) rounds of both domains) on the auto gate, upstream's --speculative-adaptive and the
 #   fixed N of the crossovers between (AUTO_SHIFT_N, default 9,31: 1.3's is plain), one server
 #   at a time; results in a folder whose name holds "shift":
 #   AUTO_PART=shift bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
@@ -25,20 +30,21 @@ case ${AUTO_PART:-smoke} in
   smoke)
     SPECGATE_GPU_BURSTS=3 phase tests gpu_tests "$backend" 1b auto_gate ;;
   sweep)
-    accept=${AUTO_ACCEPT:-2.2}
+    accept=${AUTO_ACCEPT:-2.2} name=auto-sweep-8b-${AUTO_ACCEPT:-2.2}${AUTO_CONTEXT_CHARS:+-context-$AUTO_CONTEXT_CHARS}
     phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length "$accept" --seed 0 --device cuda
-    phase "sweep-$accept" python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/auto-sweep-8b-$accept" \
+    phase "$name" python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/$name" \
       --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds "${AUTO_N:-9}" \
-      --configs plain,spec,gate,gate-auto --scenarios closed --concurrency "${AUTO_LEVELS:-1,2,4,8,16,32,64,128}" \
+      --configs "${AUTO_CONFIGS:-plain,spec,gate,gate-auto}" --scenarios closed \
+      --concurrency "${AUTO_LEVELS:-1,2,4,8,16,32,64,128}" ${AUTO_CONTEXT_CHARS:+--context-chars "$AUTO_CONTEXT_CHARS"} \
       --prompts-per-concurrency 4 --min-prompts 16 --repeat-levels "${AUTO_REPEATS:-3}" \
       --warm-up-level 16 --output-len 256 --output-len-spread 0.5 -- "${server_flags[@]}"
-    keep_lines "$RESULTS/auto-sweep-8b-$accept/logs" ;;
+    keep_lines "$RESULTS/$name/logs" ;;
   shift)
     phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
     phase shift python3 -m benchmark.client.shift --run-dir "$RESULTS/shift-8b-3.2-1.3" \
       --model-path /tmp/p8d/target --draft-model-path /tmp/p8d/draft --design /tmp/p8d/design.json \
       --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" \
-      --phases 2 --phase-s 60 --concurrency 4,64,16,32 --concurrency-s 15 --rounds 2 \
+      --phases 2 --phase-s 60 --concurrency 4,64,16,32 --concurrency-s 15 --rounds "${AUTO_SHIFT_ROUNDS:-2}" \
       -- "${server_flags[@]}"
     keep_lines "$RESULTS/shift-8b-3.2-1.3/logs" ;;
   *) log "unknown AUTO_PART ${AUTO_PART}: smoke, sweep or shift" ;;
