@@ -20,6 +20,9 @@
 # side by side on one host), the tests after the first half:
 #   FA3_LEVELS=16,32 bash benchmark/gpu_job.sh start benchmark/plans/fa3.sh 290
 #   FA3_PARTS=sweep FA3_LEVELS=64,128 FA3_PROFILE_LEVEL=128 bash benchmark/gpu_job.sh start benchmark/plans/fa3.sh 290
+# On an H100, two servers at a time (FA3_CONFIGS, default all four): gate,plain first, the
+# question item 3 turns on (does the off path cost plain more than 2 %), in about 14 minutes
+# with the tests at FA3_REPEATS=2; spec,upstream-gate in another session.
 # each followed by `bash /tmp/gpu-job/gpu_job.sh wait 290` calls until the plan is done.
 # - Not run yet.
 parts=${FA3_PARTS:-sweep,tests} levels=${FA3_LEVELS:-16,32,64,128}
@@ -28,7 +31,7 @@ if [[ $parts == *sweep* ]] && fa3_has_kernels 8b; then
   phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
   phase fa3-ab python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/fa3-ab" \
     --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
-    --configs gate,upstream-gate,spec,plain --concurrency "$levels" \
+    --configs "${FA3_CONFIGS:-gate,upstream-gate,spec,plain}" --concurrency "$levels" \
     --prompts-per-concurrency "${FA3_PROMPTS_PER_C:-4}" --repeat-levels "${FA3_REPEATS:-2}" \
     --warm-up-level "${levels##*,}" --output-len 256 --output-len-spread 0.5 \
     ${FA3_PROFILE_LEVEL:+--profile-level "$FA3_PROFILE_LEVEL" --profile-steps 200 --profile-host} \
