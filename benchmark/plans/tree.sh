@@ -5,10 +5,13 @@
 #   always on (spec) and the gate at TREE_N (default 9, the chain's crossover at 2.2) with every
 #   server resident (sweep.py --interleave), the tree TREE_STEPS / TREE_TOPK / TREE_DRAFT_TOKENS
 #   (default 5 / 4 / 8, what SGLang picks for a Llama target) on TREE_BACKEND (default triton),
-#   C = TREE_LEVELS (default 1..128), TREE_REPEATS runs a level (default 3); then
-#   find_threshold.py (the tree's crossover and the N it suggests) and report.py on the rows.
-#   About 20 device minutes, estimated from auto.sh's sweep of four servers over the same levels
-#   (about 25), not measured. Where the suggested N is not TREE_N, a second session runs the gate
+#   C = TREE_LEVELS (default 1..128), TREE_REPEATS runs a level (default 3) of 4·C prompts (at
+#   least 16, outputs of 128-384 tokens, as auto.sh's sweep); then find_threshold.py (the tree's
+#   crossover and the N it suggests) and report.py on the rows. Three 8B servers resident: an
+#   H200 (run's needs_h200). About 13 minutes of runs from the chain's 2.2 sweep's throughputs
+#   (results/2026-11-30-8b-accept-2.2), more if the tree always on is slower than the chain at
+#   C = 64 and 128, plus three server starts: about 18 device minutes, not measured. Where the
+#   suggested N is not TREE_N, a second session runs the gate
 #   there (TREE_N=<N> TREE_CONFIGS=gate,plain):
 #   TREE_PART=sweep bash benchmark/gpu_job.sh start benchmark/plans/tree.sh 290
 # - tests: the GPU tests' tree variants (pytest -k tree: greedy identity across switches against
@@ -27,7 +30,9 @@ case ${TREE_PART:-sweep} in
     phase "tree-sweep-$accept" python3 benchmark/sweep.py --interleave --run-dir "$run" \
       --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft "${tree[@]}" --thresholds "${TREE_N:-9}" \
       --configs "${TREE_CONFIGS:-plain,spec,gate}" --scenarios closed \
-      --concurrency "${TREE_LEVELS:-1,2,4,8,16,32,64,128}" --repeat-levels "${TREE_REPEATS:-3}" --output-len 256 \
+      --concurrency "${TREE_LEVELS:-1,2,4,8,16,32,64,128}" --repeat-levels "${TREE_REPEATS:-3}" \
+      --prompts-per-concurrency 4 --min-prompts 16 --warm-up-level "${TREE_WARM_UP:-16}" \
+      --output-len 256 --output-len-spread 0.5 \
       -- --attention-backend "${TREE_BACKEND:-triton}" --sampling-backend pytorch --grammar-backend none
     phase find-threshold python3 benchmark/find_threshold.py "$run"
     phase report python3 benchmark/report.py "$run"
