@@ -63,6 +63,18 @@ class StandInWorker:
         self.speculative_num_steps = state.speculative_num_steps
 
 
+class TargetRunner:
+    """Upstream's ModelRunner as an extra state's build calls it: the target's attention backend
+    factory (a GPU's), recording which workspace each build asked for."""
+
+    def __init__(self):
+        self.asked_new_workspace = []
+
+    def _get_attention_backend(self, init_new_workspace=False):
+        self.asked_new_workspace.append(init_new_workspace)
+        return type("TritonAttnBackend", (), {})()  # stands in for the verified backend
+
+
 def controller(threshold=8, dwell=0):
     worker = StandInWorker(steps=3)
     policy = SpecGatePolicy(GateConfig(threshold, threshold, dwell))
@@ -155,10 +167,6 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
             seen_sizes.append(draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)[0])
             seen_logits_rows.append(pool_of_16.graph_shared_output.max_rows)
 
-    class TargetRunner:
-        def _get_attention_backend(self, init_new_workspace=False):
-            return backend_class()
-
     worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
     worker.fast_off_path_blocker = None  # the fast off path's contract, checked on every release
     worker._draft_worker = DraftWorker()
@@ -212,6 +220,7 @@ def test_an_auto_candidates_state_captures_its_draft_extend_at_its_own_width(mon
     worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
     worker.fast_off_path_blocker = None
     worker._draft_worker = DraftWorker()
+    worker._target_worker = SimpleNamespace(model_runner=TargetRunner())
     assert worker.build_adaptive_runtime_state(1, 2) == ("state", 1, 2)
     assert seen_widths == [2]
     assert server_args.speculative_num_draft_tokens == 4
@@ -236,6 +245,7 @@ def test_the_steps0_build_defers_draft_kv_only_with_a_write_graph_and_no_blocker
     monkeypatch.setattr(worker_module, "DeferredDraftKV", lambda runner: ("deferred", runner))
     worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
     worker.deferral_blocker, worker.deferred_draft_kv, worker.fast_off_path_blocker = None, None, None
+    worker._target_worker = SimpleNamespace(model_runner=TargetRunner())
     worker.build_adaptive_runtime_state(worker_module.PLAIN_STEPS, 1)
     assert worker.deferred_draft_kv == (("deferred", graphs) if graphs and not blocker else None)
     assert worker.deferral_blocker == (blocker or (None if graphs else NO_GRAPH))
@@ -324,3 +334,34 @@ def test_upstream_compacts_the_accepted_path_by_the_topk_its_verify_passes():
 
     assert "if finalize_tree_path and not batch.forward_mode.is_idle() and topk > 1:" in inspect.getsource(
         run_eagle_verify)
+
+
+@pytest.mark.fast_off_path
+@pytest.mark.parametrize("steps", [worker_module.PLAIN_STEPS, 1], ids=["off state", "auto candidate"])
+def test_an_extra_states_target_backend_shares_the_servers_workspace(monkeypatch, published_gate_args, steps):
+    """Upstream asks for a new workspace for each extra state's target backend
+    (eagle_worker_v2.py:1319-1325), 384 MiB a state on FlashInfer; the gated build asks for the
+    server's, and the off state's backend is still converted to decode kernels. Upstream's build
+    and the runner (a GPU's) are stand-ins."""
+    class DraftWorker:
+        draft_runner = SimpleNamespace(server_args=published_gate_args)
+        draft_extend_attn_backend = None
+
+        def _capture_cuda_graphs(self):
+            pass
+
+    def upstream_build(self, steps, draft_tokens, cuda_graph_bs=None):
+        backend = self._target_worker.model_runner._get_attention_backend(init_new_workspace=True)
+        return SimpleNamespace(target_backend=backend, cuda_graph_runner_for_draft_extend=None)
+
+    monkeypatch.setattr(EAGLEWorkerV2, "build_adaptive_runtime_state", upstream_build)
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker.fast_off_path_blocker, worker.deferral_blocker, worker.deferred_draft_kv = None, None, None
+    worker._draft_worker = DraftWorker()
+    runner = TargetRunner()
+    worker._target_worker = SimpleNamespace(model_runner=runner)
+    state = worker.build_adaptive_runtime_state(steps, steps + 1)
+    assert runner.asked_new_workspace == [False]
+    converted = "OneTokenDecodeTritonAttnBackend" if steps == worker_module.PLAIN_STEPS else "TritonAttnBackend"
+    assert type(state.target_backend).__name__ == converted
+    assert "_get_attention_backend" not in vars(runner)  # the runner's own method is back

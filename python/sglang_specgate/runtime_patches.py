@@ -70,13 +70,31 @@ TARGET_BACKEND_FACTORY = RuntimePatch(
     why="The steps-0 state's target verify must run on decode kernels, and upstream builds its "
     "backend inside build_adaptive_runtime_state with no way to pass one in.",
     how="For that build only, an instance attribute on the target's ModelRunner shadows the "
-    "method: it calls the original and converts the backend (ONE_TOKEN_DECODE_CLASS); deleted "
-    "afterwards so the class's method shows through again.",
+    "method: it calls the one it shadows (SHARED_TARGET_WORKSPACE's) and converts the backend "
+    "(ONE_TOKEN_DECODE_CLASS); deleted afterwards so the class's method shows through again.",
     upstream="srt/model_executor/model_runner.py:1226 (_get_attention_backend); "
     "speculative/eagle_worker_v2.py:1321 (called by the steps-0 build).",
     removal="When build_adaptive_runtime_state accepts a backend factory, or with the "
     "create_worker hook.",
     verified_on=GPU_0_5_17,
+)
+
+SHARED_TARGET_WORKSPACE = RuntimePatch(
+    owners=(_RUNNER,),
+    attributes=("_get_attention_backend",),
+    check=CLASS_ATTRIBUTE,
+    by="sglang_specgate.worker",
+    why="Upstream builds each extra state's target attention backend on a workspace of its own, "
+    "384 MiB a state on FlashInfer, while every other backend of the server (the target's, the "
+    "draft's, two-batch overlap's pair) shares one; the states never run at once.",
+    how="For each extra state's build (the off state, auto's candidates), an instance attribute on "
+    "the target's ModelRunner shadows the method and asks for the shared workspace "
+    "(init_new_workspace=False); TARGET_BACKEND_FACTORY's conversion wraps it. Deleted afterwards.",
+    upstream="srt/speculative/eagle_worker_v2.py:1319-1325 (init_new_workspace=True); "
+    "layers/attention/flashinfer_backend.py:421-435 (the shared buffer, or a new one); "
+    "model_executor/model_runner_components/attention_backend_setup.py:102-106 (the server's own).",
+    removal="When upstream builds its adaptive states on the shared workspace.",
+    verified_on=CPU_0_5_17,
 )
 
 DRAFT_GRAPH_CAPTURE = RuntimePatch(
@@ -384,6 +402,7 @@ OVERRIDE_LOG = RuntimePatch(
 
 RUNTIME_PATCHES: tuple[RuntimePatch, ...] = (
     TARGET_BACKEND_FACTORY,
+    SHARED_TARGET_WORKSPACE,
     DRAFT_GRAPH_CAPTURE,
     DRAFT_EXTEND_ROUTING,
     ONE_NODE_VERIFY_TOPK,

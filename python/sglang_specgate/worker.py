@@ -57,7 +57,8 @@ from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, ONE_NODE_VERIFY_TOPK,
-                                             TARGET_BACKEND_FACTORY, assign, shadowed, unresolved_names)
+                                             SHARED_TARGET_WORKSPACE, TARGET_BACKEND_FACTORY, assign, shadowed,
+                                             unresolved_names)
 from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed, installed_release
 from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream_switch_line
 
@@ -225,11 +226,12 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
         if speculative_num_steps != PLAIN_STEPS:  # an auto candidate between plain and the server's
-            with self._draft_graphs_captured_at_width(speculative_num_draft_tokens):
+            with self._target_backend_on_shared_workspace(), \
+                    self._draft_graphs_captured_at_width(speculative_num_draft_tokens):
                 return super().build_adaptive_runtime_state(
                     speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
                 )
-        with self._one_token_backends_use_decode_kernels():
+        with self._target_backend_on_shared_workspace(), self._one_token_backends_use_decode_kernels():
             state = super().build_adaptive_runtime_state(
                 speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs
             )
@@ -367,6 +369,17 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             speculative_moe_a2a_backend_context(),
         ):
             deferred.write_all()
+
+    def _target_backend_on_shared_workspace(self):
+        """While upstream builds an extra state, its target backend uses the server's attention
+        workspace (SHARED_TARGET_WORKSPACE) instead of a new one."""
+        target_runner = self._target_worker.model_runner
+        make_target_backend = target_runner._get_attention_backend
+
+        def make_on_shared_workspace(init_new_workspace: bool = False):  # upstream asks for True
+            return make_target_backend(init_new_workspace=False)
+
+        return shadowed(SHARED_TARGET_WORKSPACE, target_runner, _get_attention_backend=make_on_shared_workspace)
 
     def _draft_graphs_captured_at_width(self, width: int):
         """While upstream builds an auto candidate's state, capture its draft extend at the width
