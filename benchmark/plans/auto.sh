@@ -5,6 +5,8 @@
 #   (calibration on real graphs, greedy outputs on the design, the chosen k exported), then its
 #   server log's "spec gate" lines (the measured cost table, the states' build time and memory):
 #   AUTO_PART=smoke bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
+#   Next on FlashInfer (AUTO_BACKEND=flashinfer, ~3 device minutes): the states on the shared
+#   workspace (SHARED_TARGET_WORKSPACE), their memory against 4.44 GB before, greedy outputs kept.
 # - sweep: the 8B pair at AUTO_ACCEPT (default 2.2; then 3.2 and 1.3, a session each), plain,
 #   always-on, the gate at AUTO_N (default 9, the crossover at 2.2) and the auto gate with every
 #   server resident (four 8B servers: an H200, run's needs_h200), at AUTO_LEVELS (default
