@@ -338,15 +338,12 @@ def test_upstream_compacts_the_accepted_path_by_the_topk_its_verify_passes():
 
 @pytest.mark.fast_off_path
 @pytest.mark.parametrize("steps", [worker_module.PLAIN_STEPS, 1], ids=["off state", "auto candidate"])
-def test_an_extra_states_target_backend_shares_the_servers_workspace(monkeypatch, published_gate_args, steps):
+def test_an_extra_states_target_backend_shares_the_servers_workspace(monkeypatch, steps):
     """Upstream asks for a new workspace for each extra state's target backend
     (eagle_worker_v2.py:1319-1325), 384 MiB a state on FlashInfer; the gated build asks for the
     server's, and the off state's backend is still converted to decode kernels. Upstream's build
     and the runner (a GPU's) are stand-ins."""
-    class DraftWorker:
-        draft_runner = SimpleNamespace(server_args=published_gate_args)
-        draft_extend_attn_backend = None
-
+    class DraftWorker:  # its capture, shadowed for the build, is not called by this stand-in build
         def _capture_cuda_graphs(self):
             pass
 

@@ -11,7 +11,7 @@
 #   always-on, the gate at AUTO_N (default 9, the crossover at 2.2) and the auto gate with every
 #   server resident (four 8B servers: an H200, run's needs_h200), at AUTO_LEVELS (default
 #   C = 1..128), AUTO_REPEATS (default 3) runs a level of 4·C prompts (at least 16), outputs of
-#   128-384 tokens. From the 2.2 sweep's throughputs (results/2026-11-30-8b-accept-2.2), about
+#   128-384 tokens, after a warm-up at AUTO_WARM_UP (default 16; one of the levels). From the 2.2 sweep's throughputs (results/2026-11-30-8b-accept-2.2), about
 #   17 minutes of runs, most of them always-on at C = 64 and 128 and every server at C = 1,
 #   plus four server starts: about 23 minutes:
 #   AUTO_PART=sweep AUTO_ACCEPT=2.2 AUTO_N=9 bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
@@ -39,7 +39,7 @@ case ${AUTO_PART:-smoke} in
       --configs "${AUTO_CONFIGS:-plain,spec,gate,gate-auto}" --scenarios closed \
       --concurrency "${AUTO_LEVELS:-1,2,4,8,16,32,64,128}" ${AUTO_CONTEXT_CHARS:+--context-chars "$AUTO_CONTEXT_CHARS"} \
       --prompts-per-concurrency 4 --min-prompts 16 --repeat-levels "${AUTO_REPEATS:-3}" \
-      --warm-up-level 16 --output-len 256 --output-len-spread 0.5 -- "${server_flags[@]}"
+      --warm-up-level "${AUTO_WARM_UP:-16}" --output-len 256 --output-len-spread 0.5 -- "${server_flags[@]}"
     keep_lines "$RESULTS/$name/logs" ;;
   shift)
     phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
