@@ -1,12 +1,11 @@
 # The auto gate (--speculative-disable-batch-threshold auto, issue 60), one part a session
 # (AUTO_PART), each within a session's 30 device minutes. Ran: the smoke, on Triton and FlashInfer
-# (da92e01, H100, 145 s and 98 s of test after the host's start; results/2026-12-07-auto-gate-first-gpu-run-1b).
+# (da92e01, H100, 145 s and 98 s of test after the host's start; results/2026-12-07-auto-gate-first-gpu-run-1b),
+# FlashInfer again on the shared workspace (83984ac; results/2026-12-07-auto-shared-workspace-flashinfer-1b).
 # - smoke: the GPU test of the auto gate alone, on AUTO_BACKEND's (default Triton's) 1B pair
 #   (calibration on real graphs, greedy outputs on the design, the chosen k exported), then its
 #   server log's "spec gate" lines (the measured cost table, the states' build time and memory):
 #   AUTO_PART=smoke bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
-#   Next on FlashInfer (AUTO_BACKEND=flashinfer, ~3 device minutes): the states on the shared
-#   workspace (SHARED_TARGET_WORKSPACE), their memory against 4.44 GB before, greedy outputs kept.
 # - sweep: the 8B pair at AUTO_ACCEPT (default 2.2; then 3.2 and 1.3, a session each), plain,
 #   always-on, the gate at AUTO_N (default 9, the crossover at 2.2) and the auto gate with every
 #   server resident (four 8B servers: an H200, run's needs_h200), at AUTO_LEVELS (default

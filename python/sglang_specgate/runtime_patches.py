@@ -94,7 +94,7 @@ SHARED_TARGET_WORKSPACE = RuntimePatch(
     "layers/attention/flashinfer_backend.py:421-435 (the shared buffer, or a new one); "
     "model_executor/model_runner_components/attention_backend_setup.py:102-106 (the server's own).",
     removal="When upstream builds its adaptive states on the shared workspace.",
-    verified_on=CPU_0_5_17,
+    verified_on=GPU_0_5_17,
 )
 
 DRAFT_GRAPH_CAPTURE = RuntimePatch(
