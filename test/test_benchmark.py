@@ -902,6 +902,28 @@ def test_prefill_cost_is_the_line_through_interval_durations_against_prefills() 
     assert decode_log.prefill_cost(decode_log.decode_intervals(interval(1) + interval(2))) is None
 
 
+def test_step_ms_sets_plain_and_drafting_steps_of_a_level_apart(tmp_path: Path, capsys) -> None:
+    # 40 steps a line at 32 requests: plain 6 ms a step; drafting (3 tokens a step) 12 ms; a
+    # prefill adds 40 ms to its interval; a line mixing both (accept 1.5) falls in neither.
+    def interval(step_ms: float, accept: float, prefills: int = 0, running: int = 32) -> str:
+        ms = 40 * step_ms + 40.0 * prefills
+        return ("[2026-12-07 08:20:30] Prefill batch, #new-seq: 1, #new-token: 200\n" * prefills
+                + f"[2026-12-07 08:20:30] Decode batch, #running-req: {running}, #token: 1, "
+                f"accept len: {accept:.2f}, gen throughput (token/s): {40 * running * accept / (ms / 1000):.4f}\n")
+    text = "".join([interval(6, 1.0), interval(6, 1.0, prefills=1), interval(6, 1.0),
+                    interval(12, 3.0, prefills=2), interval(12, 3.0, prefills=2),
+                    interval(9, 1.5), interval(6, 1.0, running=8)])
+    assert decode_log.step_ms(text, 32) == {"lines": 3, "step_ms": 6.0, "decode_only_step_ms": 6.0,
+                                            "prefills_per_line": 0.33, "accept": 1.0}
+    assert decode_log.step_ms(text, 32, min_accept=2.5) == {
+        "lines": 2, "step_ms": 14.0, "decode_only_step_ms": None, "prefills_per_line": 2, "accept": 3.0}
+    assert decode_log.step_ms(text, 64) is None
+    log = tmp_path / "server.log"
+    log.write_text(text)
+    decode_log.main([str(log), "--concurrency", "32", "--step-ms", "2.5"])
+    assert json.loads(capsys.readouterr().out)["32"]["drafting"]["step_ms"] == 14.0
+
+
 def test_decode_log_cli_names_a_bad_concurrency_list(tmp_path: Path, capsys) -> None:
     log = tmp_path / "server.log"
     log.write_text("")

@@ -104,6 +104,28 @@ def steady_throughput(log_text: str, concurrency: int, at_most: Optional[int] = 
             "prefill_cost": prefill_cost(steady)}
 
 
+def step_ms(log_text: str, concurrency: int, min_accept: Optional[float] = None) -> Optional[dict]:
+    """What one decode step took at a level, for setting live steps beside a cost table: the
+    median over the level's intervals (90 to 100 % of ``concurrency`` running) of plain steps
+    (accept length 1) or, given ``min_accept``, of drafting steps that accepted at least that on
+    average (an interval mixing both falls in neither). ``step_ms`` counts the prefills the
+    intervals held (``prefills_per_line``); ``decode_only_step_ms`` leaves out the intervals
+    that held one, where any are left."""
+    def wanted(i: Interval) -> bool:
+        return i.accept >= min_accept if min_accept is not None else i.accept == 1.0
+    steps = [i for i in decode_intervals(log_text)
+             if FULL_BATCH * concurrency <= i.running <= concurrency and i.tok_s > 0 and wanted(i)]
+    if not steps:
+        return None
+    def median_step(intervals: list[Interval]) -> Optional[float]:
+        ms = [i.duration_ms() / DECODE_LOG_INTERVAL for i in intervals]
+        return round(statistics.median(ms), 3) if ms else None
+    return {"lines": len(steps), "step_ms": median_step(steps),
+            "decode_only_step_ms": median_step([i for i in steps if not i.prefills]),
+            "prefills_per_line": round(statistics.mean(i.prefills for i in steps), 2),
+            "accept": statistics.median(i.accept for i in steps)}
+
+
 def read_from(path: Path, offset: int) -> str:
     """What was appended to a log since it was ``offset`` bytes long."""
     with open(path, "rb") as f:
@@ -117,8 +139,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("server_log", type=Path)
     p.add_argument("--concurrency", required=True, type=int_list,
                    help="comma-separated levels, e.g. 16,32,64,128")
+    p.add_argument("--step-ms", type=float, metavar="MIN_ACCEPT",
+                   help="instead, each level's decode step time, plain and drafting at an accept length "
+                   "of at least MIN_ACCEPT (intervals without prefills): to set beside a cost table")
     args = p.parse_args(argv)
     text = args.server_log.read_text(errors="replace")
+    if args.step_ms is not None:
+        print(json.dumps({c: {"plain": step_ms(text, c), "drafting": step_ms(text, c, args.step_ms)}
+                          for c in args.concurrency}, indent=1))
+        return
     print(json.dumps({c: steady_throughput(text, c, at_most=c) for c in args.concurrency}, indent=1))
 
 
