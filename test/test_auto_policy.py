@@ -40,13 +40,16 @@ def chain(rng: random.Random, p: float, steps: int, requests: int) -> list[int]:
 
 
 def drive(policy: AutoGatePolicy, sizes, p, rng) -> list[int]:
-    """Step through ``sizes``, feeding each drafting step's verify back at acceptance p(i)."""
+    """Step through ``sizes``, feeding each step's verify back, plain ones included, as the
+    gated worker does: a drafting step right after a plain one drafts from logits the off
+    path never computed and has its first draft rejected (cold); any other drafts are
+    accepted at p(i)."""
     decisions = []
     for i, b in enumerate(sizes):
         k = policy.step(b)
+        cold = k > 0 and decisions[-1:] == [0]
         decisions.append(k)
-        if k:
-            policy.record_verify(k, chain(rng, p(i) if callable(p) else p, k, b))
+        policy.record_verify(k, [0] * b if cold else chain(rng, p(i) if callable(p) else p, k, b))
     return decisions
 
 
@@ -294,23 +297,62 @@ def test_a_goodput_difference_within_the_margin_never_switches():
 
 # --- the policy: probes -----------------------------------------------------------------------
 
-def test_probes_while_plain_are_spaced_by_their_budget_and_counted_apart():
-    # At b = 32 plain costs 12 and a probe at k = 3 costs 9 more: a budget of 1/16 earns 0.75
-    # a step, so a probe every 12 steps (the minimum interval, 4, does not bind).
+def probe_starts(decisions: list[int], warm_up: int = 1, probe: int = 3) -> list[int]:
+    """Where each probe from plain starts, checking every drafting step is in one: a warm-up
+    at ``warm_up`` then ``probe`` (a run cut off at the end may end on its warm-up)."""
+    drafting = [(i, k) for i, k in enumerate(decisions) if k]
+    starts = [i for i, k in drafting if k == warm_up]
+    pairs = [step for i in starts for step in ((i, warm_up), (i + 1, probe))]
+    assert drafting == [step for step in pairs if step[0] < len(decisions)]
+    return starts
+
+
+def test_probes_while_plain_warm_up_first_are_spaced_by_their_budget_and_counted_apart():
+    # At b = 32 plain costs 12; a probe from plain is a warm-up at k = 1 (2 more) and then the
+    # probe at k = 3 (9 more). A budget of 1/16 earns 0.75 a plain step, so 11 / 0.75 = 14.7
+    # plain steps pay for a probe (the minimum interval, 4, does not bind), the change carried.
     p = gate(prior=0.1, dwell_steps=0, probe_budget=1 / 16, probe_min_interval=4)
     decisions = drive(p, [32] * 1200, 0.1, random.Random(13))
     assert decisions[0] == 0  # the first step already leaves k = 3
-    assert [i for i, k in enumerate(decisions) if k] == list(range(12, 1200, 12))
+    starts = probe_starts(decisions)
+    assert starts[:3] == [15, 31, 46]
+    assert {b - a for a, b in zip(starts, starts[1:])} == {15, 16}
     c = p.counters
-    assert c.probes == 99 and c.decode_steps == {0: 1101, 1: 0, 3: 0}
-    assert c.probe_cost == 99 * 9
-    assert p.snapshot()["probe_cost_share"] == 99 * 9 / (1101 * 12 + 99 * 21) <= 1 / 16
+    assert c.probes == c.probe_warm_ups == len(starts) == 76
+    assert c.decode_steps == {0: 1200 - 2 * 76, 1: 0, 3: 0}
+    assert c.cold_verifies == 76  # each warm-up's verify; the probes' own are learnt from
+    assert c.probe_cost == 76 * (2 + 9)
+    assert p.snapshot()["probe_cost_share"] == 76 * 11 / (1048 * 12 + 76 * (14 + 21)) <= 1 / 16
+
+
+def test_a_drafting_step_right_after_a_plain_one_is_not_learnt_from():
+    p = gate(prior=0.5, dwell_steps=0)
+    p.record_verify(0, [0] * 8)  # a plain step
+    p.record_verify(3, [0] * 8)  # drafted from logits the off path never computed
+    assert p.acceptance.acceptance() == (0.5, 0.5, 0.5)
+    assert p.counters.cold_verifies == 1
+    p.record_verify(3, [3] * 8)  # the draft is warm again
+    assert p.acceptance.acceptance()[0] == (8 + 2) / (8 + 4)
+    assert p.snapshot()["cold_verifies"] == 1
+
+
+def test_cold_probes_cannot_talk_the_gate_out_of_a_good_draft():
+    # The first shift run's failure: each probe from plain was the first drafting step after
+    # plain ones, rejected whatever the draft, so the estimate for the first draft fell to 0
+    # and the gate stayed plain through a domain where drafts were 90 % accepted.
+    p = gate(dwell_steps=8, probe_budget=1 / 16, probe_min_interval=4)
+    drive(p, [128] * 400, 0.05, random.Random(19))
+    assert p.draft_steps == 0
+    drive(p, [8] * 400, 0.9, random.Random(20))
+    assert p.draft_steps == 3
+    assert p.acceptance.acceptance()[0] == pytest.approx(0.9, abs=0.05)
 
 
 def test_the_minimum_interval_bounds_probes_a_generous_budget_would_allow():
     p = gate(prior=0.1, dwell_steps=0, probe_budget=1.0, probe_min_interval=4)
     decisions = drive(p, [32] * 400, 0.1, random.Random(14))
-    assert [i for i, k in enumerate(decisions) if k] == list(range(4, 400, 4))
+    # The credit covers a probe at each interval: a warm-up, the probe, then 4 plain steps.
+    assert probe_starts(decisions) == list(range(4, 400, 5))
 
 
 def test_probe_cost_stays_within_budget_under_changing_load():
@@ -323,9 +365,10 @@ def test_probe_cost_stays_within_budget_under_changing_load():
 
 
 def test_a_workload_shift_while_plain_is_detected_within_a_bounded_number_of_steps():
-    # At b = 32 a budget of 1/64 earns 12 / 64 a plain step, so a probe comes every 48 steps; a
-    # probe of 32 requests keeps (31/32)^32, about 36 %, of a position's older evidence.
-    period, dwell = 48, 8
+    # At b = 32 a budget of 1/64 earns 12 / 64 a plain step and a probe from plain costs 2 + 9
+    # more, so a probe comes every 59 steps; a probe of 32 requests keeps (31/32)^32, about
+    # 36 %, of a position's older evidence.
+    period, dwell = 59, 8
     probing = gate(window=32.0, probe_budget=1 / 64, probe_min_interval=1, dwell_steps=dwell)
     never = gate(window=32.0, probe_budget=0.0, dwell_steps=dwell)
     rng = random.Random(16)
@@ -333,11 +376,10 @@ def test_a_workload_shift_while_plain_is_detected_within_a_bounded_number_of_ste
         drive(p, [32] * 300, 0.1, rng)
         assert p.draft_steps == 0
     probes = probing.counters.probes
-    for step in range(1, 5000):
-        drive(probing, [32], 0.9, rng)
-        if probing.draft_steps:
-            break
-    assert step <= 2 * period + dwell + 1
+    decisions = drive(probing, [32] * 1000, 0.9, rng)
+    switched = next(i for i, k in enumerate(decisions) if decisions[i:i + 3] == [3, 3, 3])
+    assert switched <= 2 * period + dwell + 1
+    assert probing.draft_steps == 3
     assert probing.counters.probes - probes <= 2
     drive(never, [32] * 5000, 0.9, rng)
     assert never.draft_steps == 0 and never.counters.probes == 0
@@ -381,8 +423,7 @@ def test_the_peek_predicts_each_step_and_records_nothing():
         assert peeking.snapshot() == before
         k = peeking.step(b)
         assert predicted == k and speculates == (k > 0)
-        if k and b:
-            peeking.record_verify(k, chain(rng, 0.5 + 0.4 * math.sin(i / 300), k, b))
+        peeking.record_verify(k, chain(rng, 0.5 + 0.4 * math.sin(i / 300), k, b))
     assert peeking.counters.switches > 10 and peeking.counters.probes > 10
 
 

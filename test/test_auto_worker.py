@@ -79,15 +79,19 @@ def auto_controller(candidates=(0, 1, 2, 3), **config):
 
 def run(ctrl, worker, batch_size, steps, accepted):
     """Decode steps with verify results a step late, as under the overlap scheduler;
-    ``accepted(k)``: drafts each request accepted in a step with k draft steps."""
+    ``accepted(k)``: drafts each request accepted in a step with k draft steps, except in a
+    drafting step right after a plain one, which drafts from logits the off path never
+    computed: none."""
     chosen, pending = [], None
     for _ in range(steps):
         ctrl.activate_step_by_batch(batch_size)
         k = worker.speculative_num_steps
+        cold = k > 0 and chosen[-1:] == [0]
         chosen.append(k)
         if pending is not None:
             ctrl.on_verify_complete(*pending)
-        pending = ([accepted(k)] * batch_size, batch_size)
+        pending = ([0 if cold else accepted(k)] * batch_size, batch_size)
+    ctrl.on_verify_complete(*pending)  # the last step's result too: every result is processed
     return chosen
 
 
@@ -123,6 +127,18 @@ def test_nothing_accepted_turns_speculation_off_and_probes_stay_within_budget():
     snapshot = params.snapshot()
     assert snapshot["probes"] > 0  # plain steps still look at deeper drafts now and then
     assert snapshot["probe_cost_share"] <= 0.02 + 1e-9
+
+
+def test_after_an_off_period_a_good_draft_brings_speculation_back():
+    worker, ctrl, params, _ = auto_controller(dwell_steps=2, probe_budget=0.05)
+    assert run(ctrl, worker, 32, 500, accepted=lambda k: 0)[-1] == 0
+    # Each probe from plain starts with a warm-up whose verify is cold (nothing accepted,
+    # whatever the draft): learning from it would keep the gate plain for good.
+    chosen = run(ctrl, worker, 32, 500, accepted=lambda k: k)
+    assert chosen[-1] == 3
+    snapshot = params.snapshot()
+    assert snapshot["probe_warm_ups"] > 0 and snapshot["cold_verifies"] >= snapshot["probe_warm_ups"]
+    assert snapshot["acceptance"]["acceptance"][0] > 0.9
 
 
 def test_server_info_and_prometheus_views():

@@ -13,19 +13,30 @@ the best candidate. It switches at most once in dwell_steps + 1 steps, and never
 difference within the margin. It starts at the largest candidate, so its first verify results
 measure every draft position.
 
+Cold drafts: on the fast off path a plain step's draft extend only writes the draft's KV cache
+(kv_only_draft.py), so the first drafting step after a plain one drafts from logits nobody
+computed and its verify says nothing about the draft. The policy learns from no such verify
+result (``cold_verifies`` counts them), on every release: where plain steps run upstream's full
+draft extend that forgoes one verify a return to drafting. It tells them apart by the verify
+results themselves, which arrive in launch order, one a decode step, plain steps included.
+
 Probes: below ``probe_steps`` draft steps (plain above all) the deeper positions' acceptance is
 not observed, and better drafts would go unnoticed. Each such step earns ``probe_budget`` times
-its estimated cost as credit; once the credit covers a probe's extra cost over the current step,
-t(probe_steps, b) - t(k, b), and ``probe_min_interval`` steps have passed since the last probe or
-switch, that step runs probe_steps instead, as a probe. The probes' extra cost so stays within
-probe_budget of the estimated decode time; the snapshot reports it.
+its estimated cost as credit; once the credit covers a probe's extra cost over the current step
+and ``probe_min_interval`` steps have passed since the last probe or switch, that step runs
+probe_steps instead, as a probe. From plain, a probe is two steps: a warm-up at the smallest
+candidate, whose verify is cold and whose draft extend computes the draft's logits, then
+probe_steps. Each probe step is paid from the credit at the batch it runs at, so the probes'
+extra cost stays within probe_budget of the estimated decode time, give or take one probe step;
+the snapshot reports it.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from sglang_specgate.acceptance import AcceptanceConfig, AcceptanceEstimate
 from sglang_specgate.step_costs import StepCostTable
@@ -74,29 +85,53 @@ class AutoGateConfig:
         object.__setattr__(self, "probe_steps", probe_steps)
 
 
+class Probe(enum.Enum):
+    """What a decode step is to the probing."""
+
+    NONE = "none"
+    WARM_UP = "warm-up"  # a probe's first step from plain: its draft extend computes the logits
+    MEASURE = "measure"  # the step at probe_steps whose verify results are learnt from
+
+
 @dataclass
 class AutoGateCounters:
     """What the gate has done since start-up. Costs are the table's estimates, in its unit."""
 
-    decode_steps: dict[int, int] = field(default_factory=dict)  # by k, probes not included
+    decode_steps: dict[int, int] = field(default_factory=dict)  # by k, probe steps not included
     probes: int = 0
+    probe_warm_ups: int = 0
+    cold_verifies: int = 0  # drafting steps' verify results not learnt from
     switches: int = 0
-    probe_cost: float = 0.0  # what the probes cost beyond the steps they stood in for
-    decode_cost: float = 0.0  # what every decode step cost, the probes included
+    probe_cost: float = 0.0  # what the probe steps cost beyond the steps they stood in for
+    decode_cost: float = 0.0  # what every decode step cost, the probe steps included
     last_decode_batch_size: int = 0
 
-    def record(self, batch_size: int, steps: int, probe: bool, switched: bool, cost: float,
+    def record(self, batch_size: int, steps: int, probe: Probe, switched: bool, cost: float,
                probe_extra: float) -> None:
-        """One decode step: ``cost`` what it cost, ``probe_extra`` what a probe cost beyond the
-        step it stood in for."""
+        """One decode step: ``cost`` what it cost, ``probe_extra`` what a probe step cost beyond
+        the step it stood in for."""
         self.last_decode_batch_size = batch_size
         self.switches += switched
-        if probe:
-            self.probes += 1
-            self.probe_cost += probe_extra
-        else:
+        if probe is Probe.NONE:
             self.decode_steps[steps] += 1
+        else:
+            self.probes += probe is Probe.MEASURE
+            self.probe_warm_ups += probe is Probe.WARM_UP
+            self.probe_cost += probe_extra
         self.decode_cost += cost
+
+    def record_cold_verify(self) -> None:
+        self.cold_verifies += 1
+
+
+class _State(NamedTuple):
+    """The policy's state between decode steps."""
+
+    draft_steps: int
+    streak: int  # consecutive decode steps on which some candidate beat draft_steps by the margin
+    credit: float  # probe credit earned and not spent since the last switch (spent as probes run)
+    since: int  # decode steps taken since the last probe or switch
+    warmed_up: bool  # the last step was a probe's warm-up, so this one measures
 
 
 class AutoGatePolicy:
@@ -109,13 +144,16 @@ class AutoGatePolicy:
         self.config = config
         self.costs = costs
         self.acceptance = AcceptanceEstimate(config.candidates[-1], config.acceptance)
-        self.draft_steps = config.candidates[-1]
         self.counters = AutoGateCounters(decode_steps={k: 0 for k in config.candidates})
-        # Consecutive decode steps on which some candidate beat the current one by the margin.
-        self._streak = 0
-        # Probe credit earned, and decode steps taken, since the last probe or switch.
-        self._credit = 0.0
-        self._since = 0
+        self._state = _State(config.candidates[-1], 0, 0.0, 0, False)
+        # Whether the last verified step drafted: the start-up state drafts, and a prompt's
+        # prefill runs its full draft.
+        self._last_verified_drafted = True
+
+    @property
+    def draft_steps(self) -> int:
+        """The k the gate is at (probe steps aside)."""
+        return self._state.draft_steps
 
     def goodput(self, steps: int, batch_size: int) -> float:
         """b * E(k) / t(k, b): expected tokens per unit of cost at this batch size."""
@@ -133,12 +171,12 @@ class AutoGatePolicy:
             raise ValueError(
                 f"decode batch size must be an integer >= 0, got {decode_batch_size!r}")
         steps, probe, state = self._decide(decode_batch_size)
-        was = self.draft_steps
-        self.draft_steps, self._streak, self._credit, self._since = state
+        was = self._state.draft_steps
+        self._state = state
 
         cost = self.costs.cost(steps, decode_batch_size) if decode_batch_size else 0.0
-        probe_extra = cost - self.costs.cost(was, decode_batch_size) if probe and decode_batch_size else 0.0
-        self.counters.record(decode_batch_size, steps, probe, self.draft_steps != was, cost, probe_extra)
+        probe_extra = cost - self.costs.cost(was, decode_batch_size) if probe is not Probe.NONE else 0.0
+        self.counters.record(decode_batch_size, steps, probe, state.draft_steps != was, cost, probe_extra)
         return steps
 
     def next_steps(self, decode_batch_size: int) -> int:
@@ -151,33 +189,45 @@ class AutoGatePolicy:
         return self.next_steps(decode_batch_size) > 0
 
     def record_verify(self, steps: int, accepted: Sequence[int]) -> None:
-        """One decode step's verify result: the draft steps that step ran (what ``step``
-        returned for it) and, per request, how many of its drafts were accepted."""
+        """One decode step's verify result, plain steps included, in launch order: the draft
+        steps that step ran (what ``step`` returned for it) and, per request, how many of its
+        drafts were accepted. A drafting step right after a plain one drafted cold: not learnt."""
         if steps not in self.config.candidates:
             raise ValueError(
                 f"draft steps {steps!r} is not a candidate {list(self.config.candidates)}")
+        warm, self._last_verified_drafted = self._last_verified_drafted, steps > 0
+        if steps and not warm:
+            self.counters.record_cold_verify()
+            return
         self.acceptance.record(steps, accepted)
 
-    def _decide(self, batch_size: int) -> tuple[int, bool, tuple[int, int, float, int]]:
-        """(draft steps to run, whether that is a probe, the state after the step)."""
-        cfg, current = self.config, self.draft_steps
+    def _decide(self, batch_size: int) -> tuple[int, Probe, _State]:
+        """(draft steps to run, what the step is to the probing, the state after the step)."""
+        cfg, state = self.config, self._state
+        current = state.draft_steps
         if batch_size == 0:  # nothing decodes: nothing to compare or to earn
-            return current, False, (current, self._streak, self._credit, self._since)
+            return current, Probe.NONE, state
         goodput = {k: self.goodput(k, batch_size) for k in cfg.candidates}
         best = max(cfg.candidates, key=goodput.__getitem__)
         beaten = goodput[best] > goodput[current] * (1 + cfg.margin)
-        streak = self._streak + 1 if beaten else 0
+        streak = state.streak + 1 if beaten else 0
         if streak > cfg.dwell_steps:
-            return best, False, (best, 0, 0.0, 0)
-
-        credit, since = self._credit, self._since + 1
+            return best, Probe.NONE, _State(best, 0, 0.0, 0, False)
+        credit, since = state.credit, state.since + 1
+        here = self.costs.cost(current, batch_size)
+        if state.warmed_up:  # the probe proper, paid for even where the batch grew since
+            extra = self.costs.cost(cfg.probe_steps, batch_size) - here
+            return cfg.probe_steps, Probe.MEASURE, _State(current, streak, credit - extra, 0, False)
         if current < cfg.probe_steps and cfg.probe_budget > 0:
-            here = self.costs.cost(current, batch_size)
             credit += cfg.probe_budget * here
             extra = self.costs.cost(cfg.probe_steps, batch_size) - here
-            if since >= cfg.probe_min_interval and credit >= extra:
-                return cfg.probe_steps, True, (current, streak, 0.0, 0)
-        return current, False, (current, streak, credit, since)
+            warm_up = cfg.candidates[1]
+            warm_up_extra = self.costs.cost(warm_up, batch_size) - here if current == 0 else 0.0
+            if since >= cfg.probe_min_interval and credit >= extra + warm_up_extra:
+                if current == 0:
+                    return warm_up, Probe.WARM_UP, _State(current, streak, credit - warm_up_extra, 0, True)
+                return cfg.probe_steps, Probe.MEASURE, _State(current, streak, credit - extra, 0, False)
+        return current, Probe.NONE, _State(current, streak, credit, since, False)
 
     def snapshot(self) -> dict:
         """JSON-ready: configuration, the cost table, the acceptance estimate, the k each
@@ -192,6 +242,8 @@ class AutoGatePolicy:
             "best_by_batch_size": {str(b): self.best_steps(b) for b in self.costs.batch_sizes},
             "decode_steps": {str(k): n for k, n in c.decode_steps.items()},
             "probes": c.probes,
+            "probe_warm_ups": c.probe_warm_ups,
+            "cold_verifies": c.cold_verifies,
             "switches": c.switches,
             "probe_cost": c.probe_cost,
             "decode_cost": c.decode_cost,

@@ -130,8 +130,7 @@ class AutoGateParams(LaunchedSteps):
         return steps
 
     def _verified(self, steps: int, num_correct_drafts_per_req) -> None:
-        if steps != PLAIN_STEPS:
-            self.policy.record_verify(steps, num_correct_drafts_per_req)
+        self.policy.record_verify(steps, num_correct_drafts_per_req)  # plain ones too: see cold drafts
 
     def speculates_next(self, batch_size: int) -> bool:
         return self.policy.speculates_next(batch_size)
@@ -148,5 +147,5 @@ class AutoGateParams(LaunchedSteps):
         c = self.policy.counters
         plain = c.decode_steps[PLAIN_STEPS]
         return {"draft_steps": self.policy.draft_steps, "switches": c.switches,
-                "decode_steps_spec": sum(c.decode_steps.values()) - plain + c.probes,
+                "decode_steps_spec": sum(c.decode_steps.values()) - plain + c.probes + c.probe_warm_ups,
                 "decode_steps_plain": plain}
