@@ -177,6 +177,16 @@ def test_server_configs_and_commands(tmp_path: Path) -> None:
     assert "--speculative-draft-load-format" not in config.server_command(args, by_name["plain"])
 
 
+def test_upstream_as_shipped_unloads_the_plugin_for_upstreams_configurations_only(tmp_path: Path) -> None:
+    args = sweep.parse_args(sweep_args(tmp_path, "--configs", "plain,upstream-gate,gate", "--thresholds", "8",
+                                       "--upstream-as-shipped"))
+    configs = config.server_configs(args.configs, args.thresholds, config.Speculation.from_args(args),
+                                    args.run_dir, args.upstream_as_shipped)
+    assert [c.env for c in configs] == [(), (("SGLANG_PLUGINS", "none"),), ()]
+    assert config.server_command(args, configs[1])[:3] == ["env", "SGLANG_PLUGINS=none", sys.executable]
+    assert config.server_command(args, configs[2])[0] == sys.executable
+
+
 def test_tree_drafting_reaches_every_speculative_server(tmp_path: Path) -> None:
     args = sweep.parse_args(sweep_args(tmp_path, "--configs", "plain,spec,gate,gate-auto", "--thresholds", "8",
                                        "--speculative-num-steps", "5", "--speculative-eagle-topk", "4",

@@ -159,6 +159,17 @@ def test_dry_run_prints_each_configurations_server(tmp_path: Path, capsys):
     assert not (tmp_path / "run-shift").exists()
 
 
+def test_upstream_as_shipped_starts_upstreams_server_without_the_plugin(tmp_path: Path, capsys):
+    code = shift.main(["--model-path", "T", "--draft-model-path", "D", "--design", str(design_file(tmp_path)),
+                       "--configs", "gate-auto,upstream-adaptive", "--upstream-as-shipped",
+                       "--run-dir", str(tmp_path / "run-shift"), "--dry-run"])
+    launches = [line for line in capsys.readouterr().out.splitlines() if "sglang.launch_server" in line]
+    assert code == 0 and len(launches) == 2
+    # SGLang then loads no plugin (test_plugin.py: the flag is unknown to such a server).
+    assert not launches[0].startswith("env ")
+    assert launches[1].startswith("env SGLANG_PLUGINS=none ") and launches[1].endswith("--speculative-adaptive")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--thresholds", ""], "--thresholds"),
     (["--configs", "plain,fast"], "--configs: choose from"),

@@ -31,8 +31,9 @@ from benchmark.analysis.shift_tables import summary_markdown
 from benchmark.cli import int_list
 from benchmark.client.shift_load import ShiftSchedule, Walk, run_load
 from benchmark.client.soak_load import client_session
-from benchmark.servers.config import (CONFIG_KINDS, ServerConfig, Speculation, add_server_arguments, base_url,
-                                      server_configs, side_by_side, split_server_flags)
+from benchmark.servers.config import (CONFIG_KINDS, ServerConfig, Speculation, add_server_arguments,
+                                      add_upstream_argument, base_url, server_configs, side_by_side,
+                                      split_server_flags)
 from benchmark.servers.endpoints import gate_delta, gate_snapshot
 from benchmark.servers.launch import server
 from benchmark.servers.record import Run, dated_run_dir
@@ -42,6 +43,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ours, server_flags = split_server_flags(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_server_arguments(p, model_required=True, max_running_default="the largest --concurrency")
+    add_upstream_argument(p)
     p.add_argument("--design", type=Path, required=True, help="the pair's design.json (its domains)")
     p.add_argument("--configs", type=lambda s: s.split(","), default="plain,spec,gate,gate-auto,upstream-adaptive",
                    help=f"comma list of {', '.join(CONFIG_KINDS)}")
@@ -121,7 +123,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     run = Run.begin(args, argv)
-    configs = server_configs(args.configs, args.thresholds, Speculation.from_args(args), run.dir)
+    configs = server_configs(args.configs, args.thresholds, Speculation.from_args(args), run.dir,
+                             args.upstream_as_shipped)
     if args.interleave:
         configs = side_by_side(args, configs)
         with ExitStack() as servers:

@@ -45,7 +45,7 @@ from benchmark.client.dataset import prepare_dataset
 from benchmark.client.levels import closed_loop, interleaved_plan, level_plan
 from benchmark.client.profiles import LEVEL_PROFILE_DELAY_S, profile_decode, profile_prefill
 from benchmark.servers.config import (CONFIG_KINDS, GATE_KINDS, ServerConfig, Speculation,
-                                      add_server_arguments, server_configs, side_by_side,
+                                      add_server_arguments, add_upstream_argument, server_configs, side_by_side,
                                       split_server_flags)
 from benchmark.servers.launch import server
 from benchmark.servers.record import Run, dated_run_dir
@@ -109,6 +109,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ours, server_flags = split_server_flags(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_server_arguments(p, model_required=True, max_running_default="the largest concurrency")
+    add_upstream_argument(p)
     p.add_argument("--tokenizer", help="tokenizer for the client (default: --model-path)")
     p.add_argument("--configs", default="plain,spec,upstream-gate,gate",
                    help=f"comma list of {', '.join(CONFIG_KINDS)} (default: all)")
@@ -291,7 +292,7 @@ def serve_one_by_one(run: Run, spec: Speculation, dataset: Path) -> None:
     for kind in run.args.configs:
         if kind in GATE_KINDS and thresholds is None:
             thresholds = auto_thresholds(run)  # once plain and spec have run
-        for config in server_configs([kind], thresholds or [], spec, run.dir):
+        for config in server_configs([kind], thresholds or [], spec, run.dir, run.args.upstream_as_shipped):
             serve_and_load(run, config, dataset)
 
 
@@ -327,7 +328,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     run.note_invocation(argv)
     dataset = prepare_dataset(run)
     if args.interleave:
-        configs = server_configs(args.configs, args.thresholds, spec, run.dir)
+        configs = server_configs(args.configs, args.thresholds, spec, run.dir, args.upstream_as_shipped)
         serve_interleaved(run, side_by_side(args, configs), dataset)
     else:
         serve_one_by_one(run, spec, dataset)

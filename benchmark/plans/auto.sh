@@ -23,7 +23,9 @@
 #   the shift scenario (the domain switching every 60 s, C stepping 4, 64, 16, 32 every 15 s,
 #   AUTO_SHIFT_ROUNDS (default 2) rounds of both domains) on the auto gate, upstream's --speculative-adaptive and the
 #   fixed N of the crossovers between (AUTO_SHIFT_N, default 9,31: 1.3's is plain), one server
-#   at a time; results in a folder whose name holds "shift":
+#   at a time, upstream's as SGLang ships it (--upstream-as-shipped: its first run crashed at
+#   start-up with the plugin loaded, results/2026-12-07-shift-8b-3.2-1.3-first-run); results in a
+#   folder whose name holds "shift". Ran once (83984ac, before the cold-draft fix); next, again:
 #   AUTO_PART=shift bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
 backend=${AUTO_BACKEND:-triton}
 server_flags=(--attention-backend "$backend" --sampling-backend pytorch --grammar-backend none)
@@ -44,7 +46,7 @@ case ${AUTO_PART:-smoke} in
     phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
     phase shift python3 -m benchmark.client.shift --run-dir "$RESULTS/shift-8b-3.2-1.3" \
       --model-path /tmp/p8d/target --draft-model-path /tmp/p8d/draft --design /tmp/p8d/design.json \
-      --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" \
+      --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" --upstream-as-shipped \
       --phases 2 --phase-s 60 --concurrency 4,64,16,32 --concurrency-s 15 --rounds "${AUTO_SHIFT_ROUNDS:-2}" \
       -- "${server_flags[@]}"
     keep_lines "$RESULTS/shift-8b-3.2-1.3/logs" ;;

@@ -5,7 +5,8 @@
 (``--speculative-adaptive``) and ``gate`` this plugin's, each once per threshold N; ``gate-auto``
 is this plugin's gate choosing its draft steps itself, and ``upstream-adaptive`` upstream's
 ``--speculative-adaptive`` with its defaults. Every server gets the same batch range, so that only
-the decoding differs.
+the decoding differs. With ``--upstream-as-shipped`` upstream's configurations run without this
+plugin loaded: SGLang as its users get it, and a failure there is upstream's own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from typing import Optional
 CONFIG_KINDS = ("plain", "spec", "upstream-gate", "gate", "gate-auto", "upstream-adaptive")
 GATE_KINDS = ("upstream-gate", "gate")
 UPSTREAM_ADAPTIVE_KINDS = ("upstream-gate", "upstream-adaptive")  # upstream's --speculative-adaptive
+
+# SGLang loads only the plugins SGLANG_PLUGINS names, when set (plugins/__init__.py:51-70): no
+# plugin is called this, so none loads.
+NO_PLUGINS = ("SGLANG_PLUGINS", "none")
 
 # --interleave: the servers share the GPU, all of them together this fraction of its memory
 # (the rest is activations). SGLang makes a server's static memory --mem-fraction-static of the
@@ -81,11 +86,13 @@ class ServerConfig:
     # Written to run_dir/<name>.json before the server starts (upstream gate only).
     adaptive_config: Optional[dict] = None
     port: Optional[int] = None  # None: the sweep's --port (servers that run one at a time)
+    env: tuple[tuple[str, str], ...] = ()  # set for the server's processes only
 
 
 def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
-                   run_dir: Path) -> list[ServerConfig]:
+                   run_dir: Path, upstream_as_shipped: bool = False) -> list[ServerConfig]:
     """The configurations to compare, in the order given; gates once per threshold."""
+    upstream_env = (NO_PLUGINS,) if upstream_as_shipped else ()
     configs = []
     for kind in kinds:
         if kind == "plain":
@@ -103,6 +110,7 @@ def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
                      "--speculative-adaptive-config", str(run_dir / f"{name}.json")),
                     adaptive_config={"1": {"candidate_steps": [spec.num_steps]},
                                      str(n + 1): {"candidate_steps": [0]}},
+                    env=upstream_env,
                 ))
         elif kind == "gate":
             for n in thresholds:
@@ -114,7 +122,8 @@ def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
             configs.append(ServerConfig("gate-auto", (*spec.flags(), "--speculative-disable-batch-threshold", "auto")))
         elif kind == "upstream-adaptive":
             # Upstream's acceptance-driven step choice with its default slots (adaptive_spec_params.py).
-            configs.append(ServerConfig("upstream-adaptive", (*spec.flags(), "--speculative-adaptive")))
+            configs.append(ServerConfig("upstream-adaptive", (*spec.flags(), "--speculative-adaptive"),
+                                        env=upstream_env))
         else:
             raise ValueError(f"unknown configuration {kind!r}; choose from {CONFIG_KINDS}")
     return configs
@@ -122,6 +131,7 @@ def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
 
 def server_command(args: argparse.Namespace, config: ServerConfig) -> list[str]:
     return [
+        *(["env", *(f"{name}={value}" for name, value in config.env)] if config.env else []),
         sys.executable, "-m", "sglang.launch_server",
         "--model-path", args.model_path,
         "--host", args.host, "--port", str(server_port(args, config)),
@@ -180,3 +190,10 @@ def add_server_arguments(p: argparse.ArgumentParser, *, model_required: bool,
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--server-timeout", type=float, default=900, help="seconds to become healthy")
+
+
+def add_upstream_argument(p: argparse.ArgumentParser) -> None:
+    """For the scripts that start upstream's configurations (server_configs' upstream_as_shipped)."""
+    p.add_argument("--upstream-as-shipped", action="store_true",
+                   help="start upstream's --speculative-adaptive servers (upstream-gate, upstream-adaptive) "
+                   "without this plugin loaded, as SGLang ships")
