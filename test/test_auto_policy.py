@@ -10,6 +10,7 @@ from spawned_ranks import broadcast_from_rank0, join_group, run_ranks
 
 from sglang_specgate.acceptance import AcceptanceConfig, AcceptanceEstimate
 from sglang_specgate.auto_policy import AutoGateConfig, AutoGatePolicy
+from sglang_specgate.live_step_costs import LiveCostConfig, LiveStepCosts, factors_from_json
 from sglang_specgate.step_costs import StepCostTable
 
 # A step's cost at batch sizes 1, 8, 32 and 128 for k = 0, 1 and 3 draft steps: drafting costs
@@ -524,3 +525,85 @@ def test_tensor_parallel_ranks_take_the_same_decisions_from_rank_0s_table():
     snap = json.loads(got[0][1])
     assert snap["switches"] > 20 and snap["probes"] > 20
     assert all(n > 0 for n in snap["decode_steps"].values())
+
+
+# --- live step costs --------------------------------------------------------------------------
+
+def live(**config) -> LiveStepCosts:
+    return LiveStepCosts(table(), LiveCostConfig(**config))
+
+
+def test_live_steps_give_each_k_and_size_its_ratio_to_the_table():
+    costs = live(window=4.0)
+    for _ in range(20):
+        costs.record(3, 20, 21 * 1.5)  # pads to 32, where k = 3 costs 21
+        costs.record(0, 128, 20 * 1.1)
+    factors = costs.factors()
+    # k = 3: timed at 32 only, so every size takes 32's; k = 0 at 128 only; k = 1 never: the
+    # line between them, a third of the way from plain's to k = 3's.
+    assert factors[3] == pytest.approx((1.5,) * 4)
+    assert factors[0] == pytest.approx((1.1,) * 4)
+    assert factors[1] == pytest.approx((1.1 + 0.4 / 3,) * 4)
+    costs.record(3, 1, 13 * 1.2)
+    assert costs.factors()[3] == pytest.approx((1.2, 1.2, 1.5, 1.5))  # the nearest timed size; a tie: the smaller
+    assert costs.recorded == 41 and costs.dropped == 0
+
+
+def test_a_k_never_timed_is_not_left_at_the_tables_optimism():
+    costs = live()
+    costs.record(3, 32, 21 * 2.5)
+    # Plain never timed: its table (1) below, k = 3's 2.5 above.
+    assert costs.factors() == {0: (1.0,) * 4, 1: pytest.approx((1.5,) * 4), 3: pytest.approx((2.5,) * 4)}
+    costs = live()
+    costs.record(1, 32, 14 * 1.2)
+    assert costs.factors()[3] == pytest.approx((1.2,) * 4)  # nothing timed above: the nearest below
+    assert live().factors() == {k: (1.0,) * 4 for k in (0, 1, 3)}
+
+
+def test_the_mean_forgets_at_its_window():
+    costs = live(window=4.0)
+    for _ in range(200):
+        costs.record(1, 8, 11.8 * 2.0)
+    for _ in range(8):
+        costs.record(1, 8, 11.8 * 1.0)
+    # 8 new samples keep (3/4)^8, 10 %, of the old evidence's weight.
+    assert costs.factors()[1][1] == pytest.approx(1 + 0.75 ** 8, rel=1e-3)
+
+
+def test_samples_far_from_the_table_are_dropped_not_learnt():
+    costs = live()
+    costs.record(0, 32, 12 * 30)  # an idle gap between two steps
+    costs.record(0, 32, 12 * 0.1)
+    assert costs.recorded == 0 and costs.dropped == 2
+    assert costs.factors()[0] == (1.0,) * 4
+
+
+def test_live_factors_read_back_bit_for_bit_and_bad_ones_are_refused():
+    costs = live()
+    costs.record(3, 128, 55 * 1.37)
+    assert factors_from_json(costs.to_json(), table()) == costs.factors()
+    for text in ('{"0": [1.0, 1.0, 1.0, 1.0]}', '{"0": [1,1,1,1], "1": [1,1,1,1], "3": [1,1,1,1]}',
+                 '{"0": [1.0, 1.0, 1.0], "1": [1.0, 1.0, 1.0], "3": [1.0, 1.0, 1.0]}',
+                 '{"0": [1.0, 1.0, 1.0, -1.0], "1": [1.0, 1.0, 1.0, 1.0], "3": [1.0, 1.0, 1.0, 1.0]}'):
+        with pytest.raises(ValueError):
+            factors_from_json(text, table())
+
+
+@pytest.mark.parametrize("config", [dict(window=0.5), dict(min_ratio=0.0), dict(min_ratio=1.0),
+                                    dict(max_ratio=1.0), dict(max_ratio=math.inf)])
+def test_invalid_live_cost_config_rejected(config):
+    with pytest.raises(ValueError):
+        LiveCostConfig(**config)
+
+
+def test_live_factors_move_the_choice_and_the_snapshot_shows_both_tables():
+    # Acceptance 0.9: the table has k = 3 win at every size; live drafting steps at 128 that
+    # cost twice the table's make plain win there.
+    p = gate(prior=0.9)
+    assert p.best_steps(128) == 3
+    p.use_live_factors({0: (1.0,) * 4, 1: (1.0, 1.0, 1.5, 2.0), 3: (1.0, 1.0, 1.5, 2.0)})
+    assert p.best_steps(128) == 0 and p.best_steps(1) == 3
+    snap = p.snapshot()
+    assert StepCostTable.from_dict(snap["cost_table"]) == table()  # as measured at start-up
+    assert snap["live_factors"]["3"] == [1.0, 1.0, 1.5, 2.0]
+    assert snap["best_by_batch_size"]["128"] == 0

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+from spawned_ranks import broadcast_from_rank0, join_group, run_ranks
+
 from sglang.srt.model_executor.runner.shape_key import ShapeKey
 from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
 
@@ -62,15 +65,26 @@ def graph_cost(replays):
     return sum(replay.__self__.cost for replay in replays)
 
 
-def auto_controller(candidates=(0, 1, 2, 3), **config):
+class Clock:
+    """Seconds, moved by the test: the time a step's verify result reaches the scheduler."""
+
+    def __init__(self, start: float = 0.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def auto_controller(candidates=(0, 1, 2, 3), broadcast_from_rank0=None, clock=None, sync_every=256, **config):
     worker = StandInWorker()
     broadcasts = []
 
-    def broadcast_from_rank0(text):  # one rank: its own table comes back
+    def one_rank(text):  # its own JSON comes back
         broadcasts.append(text)
         return text
 
-    params = AutoGateParams(AutoGateConfig(candidates, **config), broadcast_from_rank0, time_replays=graph_cost)
+    params = AutoGateParams(AutoGateConfig(candidates, **config), broadcast_from_rank0 or one_rank,
+                            time_replays=graph_cost, clock=clock or Clock(), sync_every=sync_every)
     ctrl = GateController(worker, params)
     ctrl.register(stand_in_state(3))  # as EAGLEWorkerV2.init_cuda_graphs registers the running state
     ctrl.init_states(cuda_graph_bs=None)
@@ -139,6 +153,79 @@ def test_after_an_off_period_a_good_draft_brings_speculation_back():
     snapshot = params.snapshot()
     assert snapshot["probe_warm_ups"] > 0 and snapshot["cold_verifies"] >= snapshot["probe_warm_ups"]
     assert snapshot["acceptance"]["acceptance"][0] > 0.9
+
+
+def timed_run(ctrl, worker, clock, batch_size, steps, live_ms, prefill_every=0):
+    """``run`` with every draft accepted and each step lasting ``live_ms(k)`` on ``clock``
+    from the verify before it, and a prefill launched before every ``prefill_every``-th step."""
+    chosen, pending = [], None
+    for i in range(steps):
+        if prefill_every and i % prefill_every == 0:
+            ctrl.params.prefill_launched()
+        ctrl.activate_step_by_batch(batch_size)
+        k = worker.speculative_num_steps
+        chosen.append(k)
+        if pending is not None:
+            clock.now += live_ms(pending[0]) / 1000
+            ctrl.on_verify_complete(*pending[1:])
+        pending = (k, [k] * batch_size, batch_size)
+    clock.now += live_ms(pending[0]) / 1000
+    ctrl.on_verify_complete(*pending[1:])  # every result is processed
+    return chosen
+
+
+def test_live_steps_that_cost_more_than_the_table_move_the_gate_at_the_next_sync():
+    # The table has three draft steps win at 64 requests when every draft is accepted (goodput
+    # 0.76 against plain's 0.46); live drafting steps that take three times the table's make
+    # plain win, from the first broadcast of the live factors on.
+    clock = Clock()
+    worker, ctrl, params, broadcasts = auto_controller(dwell_steps=2, clock=clock, sync_every=64)
+    table = params.policy.calibrated
+
+    def live_ms(k):
+        return table.cost(k, 64) * (3.0 if k else 1.0)
+
+    chosen = timed_run(ctrl, worker, clock, 64, 63, live_ms)
+    assert set(chosen) == {3} and params.policy.live_factors is None
+    # The first sync (step 64) has k = 3 timed; k = 1 and 2, never run, lie on the line from
+    # plain's table to k = 3's factor, so none of them pays either: plain after the dwell.
+    chosen = timed_run(ctrl, worker, clock, 64, 100, live_ms)
+    assert params.policy.live_factors[3][-1] == pytest.approx(3.0)
+    assert params.policy.live_factors[1][-1] == pytest.approx(1 + 2 / 3)
+    assert chosen[:3] == [3, 3, 0] and set(chosen[3:]) == {0}
+    assert len(broadcasts) == 1 + 2  # the table, then a sync every 64 steps
+    snapshot = params.snapshot()
+    assert snapshot["live_costs"] == {"sync_every": 64, "samples": 162, "dropped": 0}
+    assert snapshot["best_by_batch_size"]["64"] == 0
+
+
+def test_a_step_after_a_prefill_is_not_timed():
+    clock = Clock()
+    worker, ctrl, params, _ = auto_controller(clock=clock)
+    timed_run(ctrl, worker, clock, 8, 40, live_ms=lambda k: params.policy.calibrated.cost(k, 8), prefill_every=4)
+    # 39 intervals between verify results, 9 of them with a prefill launched inside
+    assert params.live_costs.recorded == 30 and params.live_costs.dropped == 0
+
+
+def _live_costs_rank(rank: int, world_size: int, port: int, results) -> None:
+    """One rank: its own clock, on which only rank 0's drafting steps are slow; the table and the
+    live factors come from rank 0 over the gloo group, as GroupCoordinator.broadcast_object."""
+    join_group(rank, world_size, port)
+    clock = Clock(1000.0 * rank)
+    worker, ctrl, params, _ = auto_controller(dwell_steps=2, broadcast_from_rank0=broadcast_from_rank0,
+                                              clock=clock, sync_every=32)
+    table, slowdown = params.policy.calibrated, 3.0 if rank == 0 else 1.0
+    decisions = [timed_run(ctrl, worker, clock, 64, 1, lambda k: table.cost(k, 64) * (slowdown if k else 1.0))[0]
+                 for _ in range(300)]
+    results.put((rank, (decisions, params.policy.live_factors, params.live_costs.factors())))
+
+
+def test_tensor_parallel_ranks_decide_on_rank_0s_live_factors():
+    got = run_ranks(_live_costs_rank)
+    (decisions, used, own), (decisions_1, used_1, own_1) = got[0], got[1]
+    assert decisions == decisions_1 and decisions[-1] == 0
+    assert used == used_1 and used[3][-1] == pytest.approx(3.0)  # rank 0's factors, on both ranks
+    assert own[3][-1] == pytest.approx(3.0) and own_1[3][-1] == pytest.approx(1.0)  # rank 1's, unused
 
 
 def test_server_info_and_prometheus_views():

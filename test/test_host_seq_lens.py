@@ -20,6 +20,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_specgate import host_seq_lens
 from sglang_specgate.args import HOST_SEQ_LENS_ENV
+from sglang_specgate.controller_params import ThresholdGateParams
 from sglang_specgate.host_seq_lens import HostSeqLens, is_prefill, published_lengths, resolve_with_host_lengths
 from sglang_specgate.policy import GateConfig, SpecGatePolicy
 from sglang_specgate.worker import PLAIN_STEPS, GatedEAGLEWorkerV2
@@ -240,7 +241,7 @@ def gated_worker(disaggregation_mode="null", needs_host_lengths=(False, True, Fa
     worker._draft_worker = SimpleNamespace(init_attention_backends=lambda: None, draft_attn_backend=draft,
                                            draft_extend_attn_backend=draft_extend)
     worker.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(POOL, 64, dtype=torch.int32))
-    worker.gate_params = gate_off_above()
+    worker.gate_params = ThresholdGateParams(gate_off_above(), speculative_steps=3)
     return worker
 
 
@@ -276,10 +277,12 @@ def test_the_gated_worker_records_what_each_step_publishes(mirror, monkeypatch, 
     # The decode steps are relabelled TARGET_VERIFY, an extend mode, before they publish; they
     # were once recorded as prefills, their lengths frozen (2026-12-02-flashinfer-probe-target).
     monkeypatch.setattr(EAGLEWorkerV2, "forward_batch_generation", publishing_upstream(steps, accepted))
-    worker, published = gated_worker(), []
+    worker, published, prefills = gated_worker(), [], []
+    monkeypatch.setattr(worker.gate_params, "prefill_launched", lambda: prefills.append(mode))
     step = batch([1, 2], [10, 20], mode)
     assert worker.forward_batch_generation(step, on_publish=published.append) == "result"
     assert [t.tolist() for t in published] == [[10 + accepted, 20 + accepted]]  # upstream's publish kept
+    assert prefills == ([mode] if mode == ForwardMode.EXTEND else [])  # the auto gate times decodes without them
     looked_up = mirror.lookup(step.req_pool_indices_cpu)
     assert (looked_up.tolist() if looked_up is not None else None) == known
 

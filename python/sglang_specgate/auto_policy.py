@@ -1,11 +1,11 @@
 """The auto gate: each decode step runs the number of draft steps k, out of the candidates,
 with the highest expected goodput b * E(k) / t(k, b).
 
-E(k) is from live acceptance (acceptance.py), t(k, b) from rank 0's cost table (step_costs.py).
-Its inputs are the same on every tensor-parallel rank (decode batch sizes, verify results, the
-broadcast table) and it reads no clock and draws no random number, so every rank takes the same
-decision at the same step (a rank that disagreed would replay a different graph and hang the
-collectives).
+E(k) is from live acceptance (acceptance.py), t(k, b) from rank 0's cost table (step_costs.py),
+scaled by rank 0's live factors once it has sent them (live_step_costs.py). Its inputs are the
+same on every tensor-parallel rank (decode batch sizes, verify results, the broadcast table and
+factors) and it reads no clock and draws no random number, so every rank takes the same decision
+at the same step (a rank that disagreed would replay a different graph and hang the collectives).
 
 Stability: the gate leaves its current k only once some candidate has beaten it by more than
 ``margin`` (relative goodput) on ``dwell_steps`` consecutive decode steps; the step after runs
@@ -142,7 +142,9 @@ class AutoGatePolicy:
         if missing:
             raise ValueError(f"the cost table has no costs for candidates {missing}")
         self.config = config
-        self.costs = costs
+        self.calibrated = costs  # the table measured at start-up
+        self.costs = costs  # what the gate decides on: the table, scaled by the live factors
+        self.live_factors: dict[int, tuple[float, ...]] | None = None
         self.acceptance = AcceptanceEstimate(config.candidates[-1], config.acceptance)
         self.counters = AutoGateCounters(decode_steps={k: 0 for k in config.candidates})
         self._state = _State(config.candidates[-1], 0, 0.0, 0, False)
@@ -154,6 +156,11 @@ class AutoGatePolicy:
     def draft_steps(self) -> int:
         """The k the gate is at (probe steps aside)."""
         return self._state.draft_steps
+
+    def use_live_factors(self, factors: dict[int, tuple[float, ...]]) -> None:
+        """Decide from now on with each table cost times its live factor (rank 0's, broadcast)."""
+        self.costs = self.calibrated.scaled(factors)
+        self.live_factors = factors
 
     def goodput(self, steps: int, batch_size: int) -> float:
         """b * E(k) / t(k, b): expected tokens per unit of cost at this batch size."""
@@ -237,7 +244,9 @@ class AutoGatePolicy:
             "draft_steps": self.draft_steps,
             **{key: value for key, value in asdict(cfg).items() if key != "acceptance"},
             "candidates": list(cfg.candidates),
-            "cost_table": self.costs.to_dict(),
+            "cost_table": self.calibrated.to_dict(),
+            "live_factors": None if self.live_factors is None else {
+                str(k): list(row) for k, row in self.live_factors.items()},
             "acceptance": self.acceptance.snapshot(),
             "best_by_batch_size": {str(b): self.best_steps(b) for b in self.costs.batch_sizes},
             "decode_steps": {str(k): n for k, n in c.decode_steps.items()},

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from sglang_specgate.auto_policy import AutoGateConfig, AutoGatePolicy
+from sglang_specgate.live_step_costs import LiveStepCosts, factors_from_json
 from sglang_specgate.observability import SwitchLog
 from sglang_specgate.policy import SpecGatePolicy
 from sglang_specgate.reenable import ReenableAcceptance
@@ -26,6 +27,17 @@ logger = logging.getLogger(__name__)
 PLAIN_STEPS = 0  # upstream's steps-0 state: no drafting, one-token verify
 # A bound, not a tuning knob: at most one step is in flight under the overlap scheduler.
 MAX_STEPS_IN_FLIGHT = 4
+# Decode steps between two broadcasts of rank 0's live factors: one small CPU broadcast per 256
+# steps on a multi-rank server, none on one rank.
+LIVE_COST_SYNC_STEPS = 256
+
+
+class Launch(NamedTuple):
+    """A launched decode step, as its verify result is paired with it."""
+
+    steps: int  # draft steps it ran
+    batch_size: int
+    after_prefill: bool  # a prefill was launched between it and the decode step before it
 
 
 class LaunchedSteps:
@@ -36,24 +48,30 @@ class LaunchedSteps:
         self.candidate_steps = candidate_steps
         self.switch_log = switch_log or SwitchLog()
         self.reenable_acceptance = ReenableAcceptance()
-        # Draft steps of launched decode steps whose verify results are not processed yet:
-        # with the overlap scheduler a result arrives after the next step was decided, but
-        # results arrive in launch order, one per decode step (batch_result_processor.py:651).
+        # Launched decode steps whose verify results are not processed yet: with the overlap
+        # scheduler a result arrives after the next step was decided, but results arrive in
+        # launch order, one per decode step (batch_result_processor.py:651).
         self._unverified = deque(maxlen=MAX_STEPS_IN_FLIGHT)
+        self._prefill_since_decode = False
 
     def get_steps_for_batch(self, batch_size: int) -> int:
         steps = self._decide(batch_size)
-        self._unverified.append(steps)
+        self._unverified.append(Launch(steps, batch_size, self._prefill_since_decode))
+        self._prefill_since_decode = False
         return steps
+
+    def prefill_launched(self) -> None:
+        """The worker launched a prefill forward (it runs between two decode steps)."""
+        self._prefill_since_decode = True
 
     def on_verify_complete(self, num_correct_drafts_per_req, batch_size) -> None:
         if not self._unverified:
             return
-        steps = self._unverified.popleft()
+        launch = self._unverified.popleft()
         if num_correct_drafts_per_req:
-            self._verified(steps, num_correct_drafts_per_req)
+            self._verified(launch, num_correct_drafts_per_req)
             accept_length = 1 + sum(num_correct_drafts_per_req) / len(num_correct_drafts_per_req)
-            self.reenable_acceptance.record(steps != PLAIN_STEPS, accept_length)
+            self.reenable_acceptance.record(launch.steps != PLAIN_STEPS, accept_length)
 
     def set_cuda_graph_bs(self, cuda_graph_bs) -> None:
         pass
@@ -67,8 +85,8 @@ class LaunchedSteps:
     def _decide(self, batch_size: int) -> int:
         raise NotImplementedError
 
-    def _verified(self, steps: int, num_correct_drafts_per_req) -> None:
-        """One verify result of a step that ran ``steps`` draft steps."""
+    def _verified(self, launch: Launch, num_correct_drafts_per_req) -> None:
+        """The verify result of ``launch``."""
 
 
 class ThresholdGateParams(LaunchedSteps):
@@ -102,35 +120,53 @@ class ThresholdGateParams(LaunchedSteps):
 class AutoGateParams(LaunchedSteps):
     """The auto gate. Its policy exists once the candidates' states are built and their cost
     table measured (step_cost_calibration.py), before the first decode step.
-    ``broadcast_from_rank0``: this rank's table as JSON in, rank 0's out."""
+    ``broadcast_from_rank0``: this rank's JSON in, rank 0's out: the table once, then every
+    ``sync_every`` decode steps the live factors (live_step_costs.py), timed on ``clock``
+    (seconds) and used by every rank from the same step on."""
 
     def __init__(self, config: AutoGateConfig, broadcast_from_rank0: Callable[[str], str],
-                 time_replays=cuda_graph_time, switch_log: SwitchLog | None = None):
+                 time_replays=cuda_graph_time, switch_log: SwitchLog | None = None,
+                 clock: Callable[[], float] = time.perf_counter, sync_every: int = LIVE_COST_SYNC_STEPS):
         super().__init__(list(config.candidates), switch_log)
         self.config = config
         self.broadcast_from_rank0 = broadcast_from_rank0
         self.time_replays = time_replays
+        self.clock = clock
+        self.sync_every = sync_every
         self.policy: AutoGatePolicy | None = None
+        self.live_costs: LiveStepCosts | None = None
         self.calibration_s: float | None = None
+        self._decisions = 0
+        self._last_verify_at: float | None = None
 
     def states_built(self, states: dict) -> None:
         started = time.perf_counter()  # reported only: every rank decides on rank 0's table
         costs = calibrate({k: states[k] for k in self.candidate_steps}, self.broadcast_from_rank0, self.time_replays)
         self.calibration_s = time.perf_counter() - started
         self.policy = AutoGatePolicy(self.config, costs)
+        self.live_costs = LiveStepCosts(costs)
         logger.info("spec gate (auto): measured the step cost table in %.1f s: %s", self.calibration_s,
                     costs.to_json())
 
     def _decide(self, batch_size: int) -> int:
         policy = self.policy
+        self._decisions += 1
+        if self._decisions % self.sync_every == 0:  # the same decode step on every rank
+            policy.use_live_factors(factors_from_json(self.broadcast_from_rank0(self.live_costs.to_json()),
+                                                      policy.calibrated))
         was, switches = policy.draft_steps, policy.counters.switches
         steps = policy.step(batch_size)
         if policy.counters.switches != switches:
             self.switch_log.chose_steps(was, policy.draft_steps, batch_size)
         return steps
 
-    def _verified(self, steps: int, num_correct_drafts_per_req) -> None:
-        self.policy.record_verify(steps, num_correct_drafts_per_req)  # plain ones too: see cold drafts
+    def _verified(self, launch: Launch, num_correct_drafts_per_req) -> None:
+        # Rank 0's reading is the one that counts (broadcast); the others' are never used.
+        now, last = self.clock(), self._last_verify_at
+        self._last_verify_at = now
+        if last is not None and not launch.after_prefill:
+            self.live_costs.record(launch.steps, launch.batch_size, 1000 * (now - last))
+        self.policy.record_verify(launch.steps, num_correct_drafts_per_req)  # plain ones too: cold drafts
 
     def speculates_next(self, batch_size: int) -> bool:
         return self.policy.speculates_next(batch_size)
@@ -140,8 +176,10 @@ class AutoGateParams(LaunchedSteps):
         if self.policy is None:  # before start-up finished
             return {"threshold": AUTO, "candidates": list(self.config.candidates), **calibration}
         readings = self.readings()  # the counters both gates show, for sweeps and soaks
+        live = self.live_costs
         return {"threshold": AUTO, "active": readings["draft_steps"] != PLAIN_STEPS, **readings,
-                **self.policy.snapshot(), **calibration}
+                **self.policy.snapshot(), **calibration,
+                "live_costs": {"sync_every": self.sync_every, "samples": live.recorded, "dropped": live.dropped}}
 
     def readings(self) -> dict:
         c = self.policy.counters

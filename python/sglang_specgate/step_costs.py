@@ -72,6 +72,11 @@ class StepCostTable:
         largest = self.batch_sizes[-1]
         return row[-1] * batch_size / largest
 
+    def scaled(self, factors: dict[int, tuple[float, ...]]) -> StepCostTable:
+        """This table with each cost times its factor (``factors[k][i]`` for ``costs[k][i]``)."""
+        return StepCostTable(self.batch_sizes, {k: tuple(c * f for c, f in zip(row, factors[k]))
+                                                for k, row in self.costs.items()})
+
     def to_dict(self) -> dict:
         """JSON-ready: ``{"batch_sizes": [...], "costs": {"k": [...]}}``."""
         return {

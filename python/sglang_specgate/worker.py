@@ -266,10 +266,12 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
             host_seq_lens.install(self.req_to_token_pool.req_to_token.shape[0], self.gate_params.speculates_next)
 
     def forward_batch_generation(self, batch, on_publish=None, **kwargs):
+        prefill = host_seq_lens.is_prefill(batch)  # before verify relabels the batch
+        if prefill:
+            self.gate_params.prefill_launched()  # the auto gate times decode steps without it
         mirror = host_seq_lens.mirror
         if on_publish is not None and mirror is not None:
             publish = on_publish
-            prefill = host_seq_lens.is_prefill(batch)  # before verify relabels the batch
 
             def on_publish(new_seq_lens):
                 publish(new_seq_lens)
