@@ -607,3 +607,12 @@ def test_live_factors_move_the_choice_and_the_snapshot_shows_both_tables():
     assert StepCostTable.from_dict(snap["cost_table"]) == table()  # as measured at start-up
     assert snap["live_factors"]["3"] == [1.0, 1.0, 1.5, 2.0]
     assert snap["best_by_batch_size"]["128"] == 0
+
+
+def test_a_probe_right_after_a_drafting_step_needs_no_warm_up():
+    # A budget that pays for a probe every step: the first probe after plain warms up, the
+    # ones after it follow drafting steps and measure straight away.
+    p = gate(prior=0.1, dwell_steps=0, probe_budget=1.0, probe_min_interval=1)
+    decisions = drive(p, [32] * 6, 0.1, random.Random(23))
+    assert decisions == [0, 1, 3, 3, 3, 3]
+    assert p.counters.probe_warm_ups == 1 and p.counters.probes == 4

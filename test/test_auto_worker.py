@@ -155,22 +155,26 @@ def test_after_an_off_period_a_good_draft_brings_speculation_back():
     assert snapshot["acceptance"]["acceptance"][0] > 0.9
 
 
-def timed_run(ctrl, worker, clock, batch_size, steps, live_ms, prefill_every=0):
-    """``run`` with every draft accepted and each step lasting ``live_ms(k)`` on ``clock``
-    from the verify before it, and a prefill launched before every ``prefill_every``-th step."""
-    chosen, pending = [], None
+def timed_run(ctrl, worker, clock, batch_size, steps, live_ms, prefill_every=0, prefill_ms=(0.0, 0.0)):
+    """``run`` with every draft accepted and each step lasting ``live_ms(k)`` on ``clock`` from
+    the verify before it. A prefill launched before every ``prefill_every``-th step adds its
+    ``prefill_ms``: its host work to the interval of the step before it (whose result the
+    overlap scheduler processes after launching the prefill), its GPU time to the step after."""
+    chosen, pending, gpu_ms = [], None, 0.0
     for i in range(steps):
+        host_ms = 0.0
         if prefill_every and i % prefill_every == 0:
             ctrl.params.prefill_launched()
+            host_ms = prefill_ms[0]
         ctrl.activate_step_by_batch(batch_size)
         k = worker.speculative_num_steps
         chosen.append(k)
         if pending is not None:
-            clock.now += live_ms(pending[0]) / 1000
-            ctrl.on_verify_complete(*pending[1:])
-        pending = (k, [k] * batch_size, batch_size)
-    clock.now += live_ms(pending[0]) / 1000
-    ctrl.on_verify_complete(*pending[1:])  # every result is processed
+            clock.now += (live_ms(pending[0]) + pending[3] + host_ms) / 1000
+            ctrl.on_verify_complete(*pending[1:3])
+        pending = (k, [k] * batch_size, batch_size, prefill_ms[1] if host_ms else 0.0)
+    clock.now += (live_ms(pending[0]) + pending[3]) / 1000
+    ctrl.on_verify_complete(*pending[1:3])  # every result is processed
     return chosen
 
 
@@ -187,24 +191,70 @@ def test_live_steps_that_cost_more_than_the_table_move_the_gate_at_the_next_sync
 
     chosen = timed_run(ctrl, worker, clock, 64, 63, live_ms)
     assert set(chosen) == {3} and params.policy.live_factors is None
-    # The first sync (step 64) has k = 3 timed; k = 1 and 2, never run, lie on the line from
-    # plain's table to k = 3's factor, so none of them pays either: plain after the dwell.
+    # The first sync (after step 64) has k = 3 timed; k = 1 and 2, never run, lie on the line
+    # from plain's table to k = 3's factor, so none of them pays either: plain after the dwell.
     chosen = timed_run(ctrl, worker, clock, 64, 100, live_ms)
     assert params.policy.live_factors[3][-1] == pytest.approx(3.0)
     assert params.policy.live_factors[1][-1] == pytest.approx(1 + 2 / 3)
-    assert chosen[:3] == [3, 3, 0] and set(chosen[3:]) == {0}
+    assert chosen[:4] == [3, 3, 3, 0] and set(chosen[4:]) == {0}
     assert len(broadcasts) == 1 + 2  # the table, then a sync every 64 steps
     snapshot = params.snapshot()
-    assert snapshot["live_costs"] == {"sync_every": 64, "samples": 162, "dropped": 0}
+    # Every interval but the two next to the switch.
+    assert snapshot["live_costs"] == {"sync_every": 64, "samples": 160, "dropped": 0}
     assert snapshot["best_by_batch_size"]["64"] == 0
 
 
-def test_a_step_after_a_prefill_is_not_timed():
+def test_no_interval_a_prefill_ran_in_is_timed():
     clock = Clock()
     worker, ctrl, params, _ = auto_controller(clock=clock)
-    timed_run(ctrl, worker, clock, 8, 40, live_ms=lambda k: params.policy.calibrated.cost(k, 8), prefill_every=4)
-    # 39 intervals between verify results, 9 of them with a prefill launched inside
-    assert params.live_costs.recorded == 30 and params.live_costs.dropped == 0
+    table = params.policy.calibrated
+    timed_run(ctrl, worker, clock, 8, 40, live_ms=lambda k: table.cost(k, 8), prefill_every=4,
+              prefill_ms=(table.cost(3, 8) * 0.5, table.cost(3, 8) * 1.5))
+    # 39 intervals between verify results; a prefill before steps 4, 8, ..., 36 reaches the
+    # interval before it and the one after: 18 left out, every other one exactly the table's.
+    assert params.live_costs.recorded == 21 and params.live_costs.dropped == 0
+    assert params.live_costs.factors()[3] == pytest.approx((1.0,) * len(SIZES), abs=1e-9)
+
+
+def test_no_interval_next_to_a_change_of_draft_steps_is_timed(monkeypatch):
+    # A change of k (a switch, a probe) swaps state and may flush deferred writes at its launch:
+    # its host work lands in the interval before it, its GPU work in its own. The decisions are
+    # scripted here (the policy's step replaced), the timing is the params' own.
+    clock = Clock()
+    worker, ctrl, params, _ = auto_controller(clock=clock)
+    table, script = params.policy.calibrated, iter([3] * 5 + [0] * 5 + [1, 3] + [0] * 5 + [3] * 5 + [0] * 3)
+    monkeypatch.setattr(params.policy, "step", lambda batch_size: next(script))
+    change_ms, pending, last = 0.5 * table.cost(3, 64), None, None
+    for _ in range(25):
+        k = params.get_steps_for_batch(64)
+        if pending is not None:  # the previous step's result, processed after this launch
+            clock.now += (table.cost(pending, 64) * (2.0 if pending == 3 else 1.0)
+                          + (change_ms if k != pending else 0.0) + (change_ms if pending != last else 0.0)) / 1000
+            params.on_verify_complete([0] * 64, 64)
+        last, pending = pending, k
+    assert params.live_costs.factors()[3] == pytest.approx((2.0,) * len(SIZES))
+    assert params.live_costs.factors()[0] == pytest.approx((1.0,) * len(SIZES))
+    # Intervals of steps 1..23 that neither follow nor precede a change: 3 of k = 3 at the start,
+    # 3 + 3 of plain, 3 of k = 3, 1 of plain.
+    assert params.live_costs.recorded == 13 and params.live_costs.dropped == 0
+
+
+def test_the_peek_predicts_each_step_across_the_syncs():
+    # host_seq_lens asks speculates_next before each step; a sync must not change the answer
+    # between the peek and the step.
+    clock = Clock()
+    worker, ctrl, params, _ = auto_controller(clock=clock, dwell_steps=0, sync_every=8)
+    table, pending = params.policy.calibrated, None
+    for i in range(200):
+        b = 64 if i % 50 < 25 else 8
+        predicted = params.speculates_next(b)
+        k = params.get_steps_for_batch(b)
+        assert predicted == (k > 0), i
+        if pending is not None:
+            clock.now += table.cost(pending[0], pending[1]) * (3.0 if pending[0] else 1.0) / 1000
+            params.on_verify_complete([pending[0]] * pending[1], pending[1])
+        pending = (k, b)
+    assert params.policy.live_factors is not None and params.policy.counters.switches >= 2
 
 
 def _live_costs_rank(rank: int, world_size: int, port: int, results) -> None:

@@ -24,9 +24,9 @@ Probes: below ``probe_steps`` draft steps (plain above all) the deeper positions
 not observed, and better drafts would go unnoticed. Each such step earns ``probe_budget`` times
 its estimated cost as credit; once the credit covers a probe's extra cost over the current step
 and ``probe_min_interval`` steps have passed since the last probe or switch, that step runs
-probe_steps instead, as a probe. From plain, a probe is two steps: a warm-up at the smallest
-candidate, whose verify is cold and whose draft extend computes the draft's logits, then
-probe_steps. Each probe step is paid from the credit at the batch it runs at, so the probes'
+probe_steps instead, as a probe. After a plain step, a probe is two steps: a warm-up at the
+smallest candidate, whose verify is cold and whose draft extend computes the draft's logits,
+then probe_steps. Each probe step is paid from the credit at the batch it runs at, so the probes'
 extra cost stays within probe_budget of the estimated decode time, give or take one probe step;
 the snapshot reports it.
 """
@@ -132,6 +132,7 @@ class _State(NamedTuple):
     credit: float  # probe credit earned and not spent since the last switch (spent as probes run)
     since: int  # decode steps taken since the last probe or switch
     warmed_up: bool  # the last step was a probe's warm-up, so this one measures
+    drafted: bool  # the last step drafted, so the draft's logits are computed (not cold)
 
 
 class AutoGatePolicy:
@@ -147,7 +148,7 @@ class AutoGatePolicy:
         self.live_factors: dict[int, tuple[float, ...]] | None = None
         self.acceptance = AcceptanceEstimate(config.candidates[-1], config.acceptance)
         self.counters = AutoGateCounters(decode_steps={k: 0 for k in config.candidates})
-        self._state = _State(config.candidates[-1], 0, 0.0, 0, False)
+        self._state = _State(config.candidates[-1], 0, 0.0, 0, False, True)
         # Whether the last verified step drafted: the start-up state drafts, and a prompt's
         # prefill runs its full draft.
         self._last_verified_drafted = True
@@ -218,23 +219,24 @@ class AutoGatePolicy:
         best = max(cfg.candidates, key=goodput.__getitem__)
         beaten = goodput[best] > goodput[current] * (1 + cfg.margin)
         streak = state.streak + 1 if beaten else 0
-        if streak > cfg.dwell_steps:
-            return best, Probe.NONE, _State(best, 0, 0.0, 0, False)
         credit, since = state.credit, state.since + 1
+        if streak > cfg.dwell_steps:  # credit earned at the old k goes, a probe's debt stays
+            return best, Probe.NONE, _State(best, 0, min(credit, 0.0), 0, False, best > 0)
         here = self.costs.cost(current, batch_size)
         if state.warmed_up:  # the probe proper, paid for even where the batch grew since
             extra = self.costs.cost(cfg.probe_steps, batch_size) - here
-            return cfg.probe_steps, Probe.MEASURE, _State(current, streak, credit - extra, 0, False)
+            return cfg.probe_steps, Probe.MEASURE, _State(current, streak, credit - extra, 0, False, True)
         if current < cfg.probe_steps and cfg.probe_budget > 0:
             credit += cfg.probe_budget * here
             extra = self.costs.cost(cfg.probe_steps, batch_size) - here
             warm_up = cfg.candidates[1]
-            warm_up_extra = self.costs.cost(warm_up, batch_size) - here if current == 0 else 0.0
+            cold = not state.drafted
+            warm_up_extra = self.costs.cost(warm_up, batch_size) - here if cold else 0.0
             if since >= cfg.probe_min_interval and credit >= extra + warm_up_extra:
-                if current == 0:
-                    return warm_up, Probe.WARM_UP, _State(current, streak, credit - warm_up_extra, 0, True)
-                return cfg.probe_steps, Probe.MEASURE, _State(current, streak, credit - extra, 0, False)
-        return current, Probe.NONE, _State(current, streak, credit, since, False)
+                if cold:
+                    return warm_up, Probe.WARM_UP, _State(current, streak, credit - warm_up_extra, 0, True, True)
+                return cfg.probe_steps, Probe.MEASURE, _State(current, streak, credit - extra, 0, False, True)
+        return current, Probe.NONE, _State(current, streak, credit, since, False, current > 0)
 
     def snapshot(self) -> dict:
         """JSON-ready: configuration, the cost table, the acceptance estimate, the k each

@@ -37,7 +37,11 @@ class Launch(NamedTuple):
 
     steps: int  # draft steps it ran
     batch_size: int
-    after_prefill: bool  # a prefill was launched between it and the decode step before it
+    # Whether the time from the verify result before it to its own is its decode step alone:
+    # not where a prefill or a change of draft steps was launched next to it. Under the overlap
+    # scheduler a step's result is processed after the next batch was launched, so that
+    # launch's host work lands in the step's interval too.
+    timed: bool = True
 
 
 class LaunchedSteps:
@@ -53,16 +57,25 @@ class LaunchedSteps:
         # launch order, one per decode step (batch_result_processor.py:651).
         self._unverified = deque(maxlen=MAX_STEPS_IN_FLIGHT)
         self._prefill_since_decode = False
+        self._last_launched_steps: int | None = None
 
     def get_steps_for_batch(self, batch_size: int) -> int:
         steps = self._decide(batch_size)
-        self._unverified.append(Launch(steps, batch_size, self._prefill_since_decode))
-        self._prefill_since_decode = False
+        switched = self._last_launched_steps not in (None, steps)
+        if switched:
+            self._untime_last_launch()
+        self._unverified.append(Launch(steps, batch_size, not (switched or self._prefill_since_decode)))
+        self._prefill_since_decode, self._last_launched_steps = False, steps
         return steps
 
     def prefill_launched(self) -> None:
         """The worker launched a prefill forward (it runs between two decode steps)."""
         self._prefill_since_decode = True
+        self._untime_last_launch()
+
+    def _untime_last_launch(self) -> None:
+        if self._unverified:
+            self._unverified[-1] = self._unverified[-1]._replace(timed=False)
 
     def on_verify_complete(self, num_correct_drafts_per_req, batch_size) -> None:
         if not self._unverified:
@@ -150,21 +163,23 @@ class AutoGateParams(LaunchedSteps):
 
     def _decide(self, batch_size: int) -> int:
         policy = self.policy
-        self._decisions += 1
-        if self._decisions % self.sync_every == 0:  # the same decode step on every rank
-            policy.use_live_factors(factors_from_json(self.broadcast_from_rank0(self.live_costs.to_json()),
-                                                      policy.calibrated))
         was, switches = policy.draft_steps, policy.counters.switches
         steps = policy.step(batch_size)
         if policy.counters.switches != switches:
             self.switch_log.chose_steps(was, policy.draft_steps, batch_size)
+        self._decisions += 1
+        # After the decision, so that a peek at the next one (speculates_next) sees the factors
+        # it will be taken with; at the same decode step on every rank.
+        if self._decisions % self.sync_every == 0:
+            policy.use_live_factors(factors_from_json(self.broadcast_from_rank0(self.live_costs.to_json()),
+                                                      policy.calibrated))
         return steps
 
     def _verified(self, launch: Launch, num_correct_drafts_per_req) -> None:
         # Rank 0's reading is the one that counts (broadcast); the others' are never used.
         now, last = self.clock(), self._last_verify_at
         self._last_verify_at = now
-        if last is not None and not launch.after_prefill:
+        if last is not None and launch.timed:
             self.live_costs.record(launch.steps, launch.batch_size, 1000 * (now - last))
         self.policy.record_verify(launch.steps, num_correct_drafts_per_req)  # plain ones too: cold drafts
 

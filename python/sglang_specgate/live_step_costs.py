@@ -9,8 +9,9 @@ live steps, and the auto gate scales the table by what it measured.
 
 A sample is the time between two consecutive decode steps' verify results reaching the
 scheduler: while the GPU stays busy, the second step's time on it, host time it waited on
-included. A sample is dropped when a prefill ran between the two steps, or when it is far from
-the table (an idle gap). Each (k, captured size the batch pads to) keeps a decaying mean of live
+included. There is none for a step launched next to a prefill or to a change of draft steps
+(controller_params.Launch), whose interval holds their work too, and none far from the table
+(an idle gap). Each (k, captured size the batch pads to) keeps a decaying mean of live
 over table; a size never timed takes its k's nearest timed one, and a k never timed (a candidate
 the gate has not run yet) the line between the k around it, rather than the table's optimism.
 """
