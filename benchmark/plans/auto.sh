@@ -23,9 +23,10 @@
 #   the shift scenario (the domain switching every 60 s, C stepping 4, 64, 16, 32 every 15 s,
 #   AUTO_SHIFT_ROUNDS (default 2) rounds of both domains) on the auto gate, upstream's --speculative-adaptive and the
 #   fixed N of the crossovers between (AUTO_SHIFT_N, default 9,31: 1.3's is plain), one server
-#   at a time, upstream's as SGLang ships it (--upstream-as-shipped: its first run crashed at
-#   start-up with the plugin loaded, results/2026-12-07-shift-8b-3.2-1.3-first-run); results in a
-#   folder whose name holds "shift". Ran once (83984ac, before the cold-draft fix); next, again:
+#   at a time, upstream's as SGLang ships it (--upstream-as-shipped). Upstream's crashes at
+#   start-up at S = 3 with or without this plugin (results/2026-12-07-shift-upstream-adaptive-as-shipped:
+#   its default slots reach 7 steps); its server costs the run about 100 s. Results in a folder
+#   whose name holds "shift". Ran once (83984ac, before the cold-draft fix); next, again:
 #   AUTO_PART=shift bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
 backend=${AUTO_BACKEND:-triton}
 server_flags=(--attention-backend "$backend" --sampling-backend pytorch --grammar-backend none)
