@@ -181,7 +181,7 @@ def test_upstream_as_shipped_unloads_the_plugin_for_upstreams_configurations_onl
     args = sweep.parse_args(sweep_args(tmp_path, "--configs", "plain,upstream-gate,gate", "--thresholds", "8",
                                        "--upstream-as-shipped"))
     configs = config.server_configs(args.configs, args.thresholds, config.Speculation.from_args(args),
-                                    args.run_dir, args.upstream_as_shipped)
+                                    args.run_dir, config.UpstreamOptions.from_args(args))
     assert [c.env for c in configs] == [(), (("SGLANG_PLUGINS", "none"),), ()]
     assert config.server_command(args, configs[1])[:3] == ["env", "SGLANG_PLUGINS=none", sys.executable]
     assert config.server_command(args, configs[2])[0] == sys.executable

@@ -170,6 +170,26 @@ def test_upstream_as_shipped_starts_upstreams_server_without_the_plugin(tmp_path
     assert launches[1].startswith("env SGLANG_PLUGINS=none ") and launches[1].endswith("--speculative-adaptive")
 
 
+def test_upstream_adaptive_can_run_its_own_draft_steps(tmp_path: Path, capsys):
+    # Upstream's default slots reach 7 draft steps; on 0.5.17 a server of fewer crashes at start.
+    code = shift.main(["--model-path", "T", "--draft-model-path", "D", "--design", str(design_file(tmp_path)),
+                       "--configs", "gate-auto,upstream-adaptive", "--upstream-adaptive-steps", "7",
+                       "--run-dir", str(tmp_path / "run-shift"), "--dry-run"])
+    launches = [line for line in capsys.readouterr().out.splitlines() if "sglang.launch_server" in line]
+    assert code == 0
+    assert "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in launches[0]
+    assert "--speculative-num-steps 7 --speculative-eagle-topk 1 --speculative-num-draft-tokens 8" in launches[1]
+
+
+@pytest.mark.parametrize("steps", ["0", "-1", "x"])
+def test_upstream_adaptive_steps_must_be_positive(tmp_path: Path, capsys, steps):
+    with pytest.raises(SystemExit) as exit_info:
+        shift.parse_args(["--model-path", "T", "--draft-model-path", "D", "--design", str(design_file(tmp_path)),
+                          "--upstream-adaptive-steps", steps])
+    assert exit_info.value.code == 2
+    assert "--upstream-adaptive-steps" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--thresholds", ""], "--thresholds"),
     (["--configs", "plain,fast"], "--configs: choose from"),

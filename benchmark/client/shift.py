@@ -31,9 +31,9 @@ from benchmark.analysis.shift_tables import summary_markdown
 from benchmark.cli import int_list
 from benchmark.client.shift_load import ShiftSchedule, Walk, run_load
 from benchmark.client.soak_load import client_session
-from benchmark.servers.config import (CONFIG_KINDS, ServerConfig, Speculation, add_server_arguments,
-                                      add_upstream_argument, base_url, server_configs, side_by_side,
-                                      split_server_flags)
+from benchmark.servers.config import (CONFIG_KINDS, ServerConfig, Speculation, UpstreamOptions,
+                                      add_server_arguments, add_upstream_argument, base_url, server_configs,
+                                      side_by_side, split_server_flags)
 from benchmark.servers.endpoints import gate_delta, gate_snapshot
 from benchmark.servers.launch import server
 from benchmark.servers.record import Run, dated_run_dir
@@ -124,7 +124,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     run = Run.begin(args, argv)
     configs = server_configs(args.configs, args.thresholds, Speculation.from_args(args), run.dir,
-                             args.upstream_as_shipped)
+                             UpstreamOptions.from_args(args))
     if args.interleave:
         configs = side_by_side(args, configs)
         with ExitStack() as servers:

@@ -44,7 +44,7 @@ from benchmark.client.bursty import bursty, parse_phases
 from benchmark.client.dataset import prepare_dataset
 from benchmark.client.levels import closed_loop, interleaved_plan, level_plan
 from benchmark.client.profiles import LEVEL_PROFILE_DELAY_S, profile_decode, profile_prefill
-from benchmark.servers.config import (CONFIG_KINDS, GATE_KINDS, ServerConfig, Speculation,
+from benchmark.servers.config import (CONFIG_KINDS, GATE_KINDS, ServerConfig, Speculation, UpstreamOptions,
                                       add_server_arguments, add_upstream_argument, server_configs, side_by_side,
                                       split_server_flags)
 from benchmark.servers.launch import server
@@ -292,7 +292,7 @@ def serve_one_by_one(run: Run, spec: Speculation, dataset: Path) -> None:
     for kind in run.args.configs:
         if kind in GATE_KINDS and thresholds is None:
             thresholds = auto_thresholds(run)  # once plain and spec have run
-        for config in server_configs([kind], thresholds or [], spec, run.dir, run.args.upstream_as_shipped):
+        for config in server_configs([kind], thresholds or [], spec, run.dir, UpstreamOptions.from_args(run.args)):
             serve_and_load(run, config, dataset)
 
 
@@ -328,7 +328,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     run.note_invocation(argv)
     dataset = prepare_dataset(run)
     if args.interleave:
-        configs = server_configs(args.configs, args.thresholds, spec, run.dir, args.upstream_as_shipped)
+        configs = server_configs(args.configs, args.thresholds, spec, run.dir, UpstreamOptions.from_args(args))
         serve_interleaved(run, side_by_side(args, configs), dataset)
     else:
         serve_one_by_one(run, spec, dataset)

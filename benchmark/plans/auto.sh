@@ -23,10 +23,10 @@
 #   the shift scenario (the domain switching every 60 s, C stepping 4, 64, 16, 32 every 15 s,
 #   AUTO_SHIFT_ROUNDS (default 2) rounds of both domains) on the auto gate, upstream's --speculative-adaptive and the
 #   fixed N of the crossovers between (AUTO_SHIFT_N, default 9,31: 1.3's is plain), one server
-#   at a time, upstream's as SGLang ships it (--upstream-as-shipped). Upstream's crashes at
-#   start-up at S = 3 with or without this plugin (results/2026-12-07-shift-upstream-adaptive-as-shipped:
-#   its default slots reach 7 steps); its server costs the run about 100 s. Results in a folder
-#   whose name holds "shift". Ran once (83984ac, before the cold-draft fix); next, again:
+#   at a time, upstream's as SGLang ships it (--upstream-as-shipped) at S = 7: at S = 3 it
+#   crashes at start-up with or without this plugin, its default slots reaching 7 steps
+#   (results/2026-12-07-shift-upstream-adaptive-as-shipped; S = 7 not yet run). Results in a
+#   folder whose name holds "shift". Ran once (83984ac, before the cold-draft fix); next, again:
 #   AUTO_PART=shift bash benchmark/gpu_job.sh start benchmark/plans/auto.sh 290
 backend=${AUTO_BACKEND:-triton}
 server_flags=(--attention-backend "$backend" --sampling-backend pytorch --grammar-backend none)
@@ -47,7 +47,7 @@ case ${AUTO_PART:-smoke} in
     phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
     phase shift python3 -m benchmark.client.shift --run-dir "$RESULTS/shift-8b-3.2-1.3" \
       --model-path /tmp/p8d/target --draft-model-path /tmp/p8d/draft --design /tmp/p8d/design.json \
-      --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" --upstream-as-shipped \
+      --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" --upstream-as-shipped --upstream-adaptive-steps 7 \
       --phases 2 --phase-s 60 --concurrency 4,64,16,32 --concurrency-s 15 --rounds "${AUTO_SHIFT_ROUNDS:-2}" \
       -- "${server_flags[@]}"
     keep_lines "$RESULTS/shift-8b-3.2-1.3/logs" ;;

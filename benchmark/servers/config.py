@@ -89,10 +89,22 @@ class ServerConfig:
     env: tuple[tuple[str, str], ...] = ()  # set for the server's processes only
 
 
+@dataclass(frozen=True)
+class UpstreamOptions:
+    """How upstream's --speculative-adaptive servers start (add_upstream_argument)."""
+
+    as_shipped: bool = False  # without this plugin loaded
+    adaptive_steps: Optional[int] = None  # upstream-adaptive's draft steps; None: the others'
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "UpstreamOptions":
+        return cls(args.upstream_as_shipped, args.upstream_adaptive_steps)
+
+
 def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
-                   run_dir: Path, upstream_as_shipped: bool = False) -> list[ServerConfig]:
+                   run_dir: Path, upstream: UpstreamOptions = UpstreamOptions()) -> list[ServerConfig]:
     """The configurations to compare, in the order given; gates once per threshold."""
-    upstream_env = (NO_PLUGINS,) if upstream_as_shipped else ()
+    upstream_env = (NO_PLUGINS,) if upstream.as_shipped else ()
     configs = []
     for kind in kinds:
         if kind == "plain":
@@ -122,7 +134,9 @@ def server_configs(kinds: list[str], thresholds: list[int], spec: Speculation,
             configs.append(ServerConfig("gate-auto", (*spec.flags(), "--speculative-disable-batch-threshold", "auto")))
         elif kind == "upstream-adaptive":
             # Upstream's acceptance-driven step choice with its default slots (adaptive_spec_params.py).
-            configs.append(ServerConfig("upstream-adaptive", (*spec.flags(), "--speculative-adaptive"),
+            adaptive = spec if upstream.adaptive_steps is None else replace(
+                spec, num_steps=upstream.adaptive_steps, num_draft_tokens=None)
+            configs.append(ServerConfig("upstream-adaptive", (*adaptive.flags(), "--speculative-adaptive"),
                                         env=upstream_env))
         else:
             raise ValueError(f"unknown configuration {kind!r}; choose from {CONFIG_KINDS}")
@@ -192,8 +206,18 @@ def add_server_arguments(p: argparse.ArgumentParser, *, model_required: bool,
     p.add_argument("--server-timeout", type=float, default=900, help="seconds to become healthy")
 
 
+def _draft_steps(text: str) -> int:
+    steps = int(text) if text.isdigit() else 0
+    if steps < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of draft steps >= 1")
+    return steps
+
+
 def add_upstream_argument(p: argparse.ArgumentParser) -> None:
     """For the scripts that start upstream's configurations (server_configs' upstream_as_shipped)."""
     p.add_argument("--upstream-as-shipped", action="store_true",
                    help="start upstream's --speculative-adaptive servers (upstream-gate, upstream-adaptive) "
                    "without this plugin loaded, as SGLang ships")
+    p.add_argument("--upstream-adaptive-steps", type=_draft_steps, metavar="S",
+                   help="draft steps of the upstream-adaptive server (default: --speculative-num-steps): "
+                   "its default slots reach 7, and on SGLang 0.5.17 a server of fewer steps crashes at start-up")
