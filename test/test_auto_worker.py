@@ -91,21 +91,35 @@ def auto_controller(candidates=(0, 1, 2, 3), broadcast_from_rank0=None, clock=No
     return worker, ctrl, params, broadcasts
 
 
-def run(ctrl, worker, batch_size, steps, accepted):
+def run(ctrl, worker, batch_size, steps, accepted=lambda k: k, clock=None, live_ms=None, prefill_every=0,
+        prefill_ms=(0.0, 0.0)):
     """Decode steps with verify results a step late, as under the overlap scheduler;
     ``accepted(k)``: drafts each request accepted in a step with k draft steps, except in a
     drafting step right after a plain one, which drafts from logits the off path never
-    computed: none."""
+    computed: none. With a ``clock``, each step lasts ``live_ms(k)`` on it from the verify
+    before it, and a prefill launched before every ``prefill_every``-th step adds its
+    ``prefill_ms``: its host work to the interval of the step before it (whose result the
+    overlap scheduler processes after launching the prefill), its GPU time to the step after."""
     chosen, pending = [], None
-    for _ in range(steps):
+
+    def verify(host_ms=0.0):
+        if clock is not None:
+            clock.now += (live_ms(pending[0]) + pending[3] + host_ms) / 1000
+        ctrl.on_verify_complete(*pending[1:3])
+
+    for i in range(steps):
+        host_ms = 0.0
+        if prefill_every and i % prefill_every == 0:
+            ctrl.params.prefill_launched()
+            host_ms = prefill_ms[0]
         ctrl.activate_step_by_batch(batch_size)
         k = worker.speculative_num_steps
         cold = k > 0 and chosen[-1:] == [0]
         chosen.append(k)
         if pending is not None:
-            ctrl.on_verify_complete(*pending)
-        pending = ([0 if cold else accepted(k)] * batch_size, batch_size)
-    ctrl.on_verify_complete(*pending)  # the last step's result too: every result is processed
+            verify(host_ms)
+        pending = (k, [0 if cold else accepted(k)] * batch_size, batch_size, prefill_ms[1] if host_ms else 0.0)
+    verify()  # the last step's result too: every result is processed
     return chosen
 
 
@@ -155,29 +169,6 @@ def test_after_an_off_period_a_good_draft_brings_speculation_back():
     assert snapshot["acceptance"]["acceptance"][0] > 0.9
 
 
-def timed_run(ctrl, worker, clock, batch_size, steps, live_ms, prefill_every=0, prefill_ms=(0.0, 0.0)):
-    """``run`` with every draft accepted and each step lasting ``live_ms(k)`` on ``clock`` from
-    the verify before it. A prefill launched before every ``prefill_every``-th step adds its
-    ``prefill_ms``: its host work to the interval of the step before it (whose result the
-    overlap scheduler processes after launching the prefill), its GPU time to the step after."""
-    chosen, pending, gpu_ms = [], None, 0.0
-    for i in range(steps):
-        host_ms = 0.0
-        if prefill_every and i % prefill_every == 0:
-            ctrl.params.prefill_launched()
-            host_ms = prefill_ms[0]
-        ctrl.activate_step_by_batch(batch_size)
-        k = worker.speculative_num_steps
-        chosen.append(k)
-        if pending is not None:
-            clock.now += (live_ms(pending[0]) + pending[3] + host_ms) / 1000
-            ctrl.on_verify_complete(*pending[1:3])
-        pending = (k, [k] * batch_size, batch_size, prefill_ms[1] if host_ms else 0.0)
-    clock.now += (live_ms(pending[0]) + pending[3]) / 1000
-    ctrl.on_verify_complete(*pending[1:3])  # every result is processed
-    return chosen
-
-
 def test_live_steps_that_cost_more_than_the_table_move_the_gate_at_the_next_sync():
     # The table has three draft steps win at 64 requests when every draft is accepted (goodput
     # 0.76 against plain's 0.46); live drafting steps that take three times the table's make
@@ -189,11 +180,11 @@ def test_live_steps_that_cost_more_than_the_table_move_the_gate_at_the_next_sync
     def live_ms(k):
         return table.cost(k, 64) * (3.0 if k else 1.0)
 
-    chosen = timed_run(ctrl, worker, clock, 64, 63, live_ms)
+    chosen = run(ctrl, worker, 64, 63, clock=clock, live_ms=live_ms)
     assert set(chosen) == {3} and params.policy.live_factors is None
     # The first sync (after step 64) has k = 3 timed; k = 1 and 2, never run, lie on the line
     # from plain's table to k = 3's factor, so none of them pays either: plain after the dwell.
-    chosen = timed_run(ctrl, worker, clock, 64, 100, live_ms)
+    chosen = run(ctrl, worker, 64, 100, clock=clock, live_ms=live_ms)
     assert params.policy.live_factors[3][-1] == pytest.approx(3.0)
     assert params.policy.live_factors[1][-1] == pytest.approx(1 + 2 / 3)
     assert chosen[:4] == [3, 3, 3, 0] and set(chosen[4:]) == {0}
@@ -208,8 +199,8 @@ def test_no_interval_a_prefill_ran_in_is_timed():
     clock = Clock()
     worker, ctrl, params, _ = auto_controller(clock=clock)
     table = params.policy.calibrated
-    timed_run(ctrl, worker, clock, 8, 40, live_ms=lambda k: table.cost(k, 8), prefill_every=4,
-              prefill_ms=(table.cost(3, 8) * 0.5, table.cost(3, 8) * 1.5))
+    run(ctrl, worker, 8, 40, clock=clock, live_ms=lambda k: table.cost(k, 8), prefill_every=4,
+        prefill_ms=(table.cost(3, 8) * 0.5, table.cost(3, 8) * 1.5))
     # 39 intervals between verify results; a prefill before steps 4, 8, ..., 36 reaches the
     # interval before it and the one after: 18 left out, every other one exactly the table's.
     assert params.live_costs.recorded == 21 and params.live_costs.dropped == 0
@@ -265,7 +256,8 @@ def _live_costs_rank(rank: int, world_size: int, port: int, results) -> None:
     worker, ctrl, params, _ = auto_controller(dwell_steps=2, broadcast_from_rank0=broadcast_from_rank0,
                                               clock=clock, sync_every=32)
     table, slowdown = params.policy.calibrated, 3.0 if rank == 0 else 1.0
-    decisions = [timed_run(ctrl, worker, clock, 64, 1, lambda k: table.cost(k, 64) * (slowdown if k else 1.0))[0]
+    decisions = [run(ctrl, worker, 64, 1, clock=clock,
+                     live_ms=lambda k: table.cost(k, 64) * (slowdown if k else 1.0))[0]
                  for _ in range(300)]
     results.put((rank, (decisions, params.policy.live_factors, params.live_costs.factors())))
 

@@ -88,6 +88,12 @@ def _median(values: list[float]) -> Optional[dict]:
     return {"lines": len(values), "median_tok_s": statistics.median(values)} if values else None
 
 
+def level_intervals(log_text: str, concurrency: int, at_most: Optional[int] = None) -> list[Interval]:
+    """The intervals of a level's steady state: at least 90 % of ``concurrency`` running (and at
+    most ``at_most``)."""
+    return [i for i in decode_intervals(log_text) if FULL_BATCH * concurrency <= i.running <= (at_most or i.running)]
+
+
 def steady_throughput(log_text: str, concurrency: int, at_most: Optional[int] = None) -> Optional[dict]:
     """Median gen throughput of the decode lines with at least 90 % of ``concurrency`` running
     (and at most ``at_most``). ``decode_only``: the same over the intervals no prefill
@@ -95,8 +101,7 @@ def steady_throughput(log_text: str, concurrency: int, at_most: Optional[int] = 
     can come at different rates (a closed loop with one output length keeps plain's requests
     finishing in waves, and anything that desynchronizes them brings more, smaller prefills).
     ``prefill_cost``: those intervals' ``prefill_cost``."""
-    steady = [i for i in decode_intervals(log_text)
-              if FULL_BATCH * concurrency <= i.running <= (at_most or i.running)]
+    steady = level_intervals(log_text, concurrency, at_most)
     if not steady:
         return None
     return {**_median([i.tok_s for i in steady]),
@@ -113,8 +118,7 @@ def step_ms(log_text: str, concurrency: int, min_accept: Optional[float] = None)
     that held one, where any are left."""
     def wanted(i: Interval) -> bool:
         return i.accept >= min_accept if min_accept is not None else i.accept == 1.0
-    steps = [i for i in decode_intervals(log_text)
-             if FULL_BATCH * concurrency <= i.running <= concurrency and i.tok_s > 0 and wanted(i)]
+    steps = [i for i in level_intervals(log_text, concurrency, concurrency) if i.tok_s > 0 and wanted(i)]
     if not steps:
         return None
     def median_step(intervals: list[Interval]) -> Optional[float]:

@@ -41,7 +41,7 @@ class Launch(NamedTuple):
     # not where a prefill or a change of draft steps was launched next to it. Under the overlap
     # scheduler a step's result is processed after the next batch was launched, so that
     # launch's host work lands in the step's interval too.
-    timed: bool = True
+    timed: bool
 
 
 class LaunchedSteps:

@@ -23,7 +23,7 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from sglang_specgate.step_costs import StepCostTable
+from sglang_specgate.step_costs import StepCostTable, broadcast_form
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,7 @@ class LiveStepCosts:
         return factors
 
     def to_json(self) -> str:
-        """The broadcast form of ``factors``: canonical, floats that read back bit for bit."""
-        return json.dumps({str(k): list(row) for k, row in self.factors().items()},
-                          sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return broadcast_form({str(k): list(row) for k, row in self.factors().items()})
 
 
 def factors_from_json(text: str, table: StepCostTable) -> dict[int, tuple[float, ...]]:

@@ -22,6 +22,12 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def broadcast_form(data) -> str:
+    """What rank 0 sends the other ranks. Python writes floats so they read back bit for bit,
+    and the form is canonical, so equal data give equal text."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 @dataclass(frozen=True)
 class StepCostTable:
     """``costs[k][i]`` is the cost of a step with ``k`` draft steps at ``batch_sizes[i]``."""
@@ -99,9 +105,7 @@ class StepCostTable:
         return cls(tuple(data["batch_sizes"]), costs)
 
     def to_json(self) -> str:
-        """The broadcast form. Python writes floats so they read back bit for bit, and the
-        form is canonical, so equal tables give equal text."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return broadcast_form(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> StepCostTable:
