@@ -1,7 +1,8 @@
 # The auto gate (--speculative-disable-batch-threshold auto, issue 60), one part a session
 # (AUTO_PART), each within a session's 30 device minutes. Ran: the smoke, on Triton and FlashInfer
 # (da92e01, H100, 145 s and 98 s of test after the host's start; results/2026-12-07-auto-gate-first-gpu-run-1b),
-# FlashInfer again on the shared workspace (83984ac; results/2026-12-07-auto-shared-workspace-flashinfer-1b).
+# FlashInfer again on the shared workspace (83984ac; results/2026-12-07-auto-shared-workspace-flashinfer-1b),
+# Triton with the live factors (b6492eb; results/2026-12-07-auto-live-factors-1b-triton).
 # - smoke: the GPU test of the auto gate alone, on AUTO_BACKEND's (default Triton's) 1B pair
 #   (calibration on real graphs, greedy outputs on the design, the chosen k exported), then its
 #   server log's "spec gate" lines (the measured cost table, the states' build time and memory):

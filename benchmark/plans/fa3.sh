@@ -24,7 +24,9 @@
 # question item 3 turns on (does the off path cost plain more than 2 %), in about 14 minutes
 # with the tests at FA3_REPEATS=2; spec,upstream-gate in another session.
 # each followed by `bash /tmp/gpu-job/gpu_job.sh wait 290` calls until the plan is done.
-# - Not run yet.
+# Ran (b6492eb, H100): FA3_CONFIGS=gate,plain FA3_REPEATS=2 with the two tests
+# (results/2026-12-07-fa3-gate-plain-8b-2.2-h100), then FA3_PARTS=sweep
+# FA3_CONFIGS=upstream-gate,spec FA3_LEVELS=16,64 (results/2026-12-07-fa3-spec-upstream-gate-8b-2.2-h100).
 parts=${FA3_PARTS:-sweep,tests} levels=${FA3_LEVELS:-16,32,64,128}
 tests=${FA3_TESTS:-greedy_outputs_identical,reenable_is_warm}
 if [[ $parts == *sweep* ]] && fa3_has_kernels 8b; then
