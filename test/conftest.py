@@ -77,6 +77,7 @@ def plugins_loaded():
 def clean_env(monkeypatch):
     monkeypatch.delenv("SGLANG_SPEC_DISABLE_BATCH_THRESHOLD", raising=False)
     monkeypatch.delenv("SGLANG_SPEC_GATE_HOST_SEQ_LENS", raising=False)
+    monkeypatch.delenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", raising=False)
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
 
 

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("plugins_loaded", "clean_env")
 FLAG = "--speculative-disable-batch-threshold"
 ENV = "SGLANG_SPEC_DISABLE_BATCH_THRESHOLD"
 HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
+FA3_OFF_PATH_ENV = "SGLANG_SPEC_GATE_FA3_OFF_PATH"
 CANDIDATES = "--speculative-gate-candidate-steps"
 REENABLE = "--speculative-gate-reenable-threshold"
 
@@ -243,6 +244,27 @@ def test_warns_when_the_off_path_would_be_upstreams(attention, named, eagle_argv
         return
     assert named in err
     assert "Start with --attention-backend triton or flashinfer for the fast off path" in err
+    # FA3's own decode path is offered where FA3 is named, behind its switch.
+    assert (f"set {FA3_OFF_PATH_ENV}=1 for FA3's decode path (not yet run on a GPU)" in err) == ("fa3" in named)
+
+
+@pytest.mark.parametrize("drafting, fast", [(["--speculative-eagle-topk", "1"], True),
+                                            (["--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
+                                              "--speculative-num-draft-tokens", "8", "--page-size", "1"], False)])
+def test_the_fa3_switch_makes_fa3_chains_fast(drafting, fast, eagle_argv, monkeypatch, capsys):
+    """With SGLANG_SPEC_GATE_FA3_OFF_PATH=1, FA3 counts as a fast-off-path backend for chains
+    (one_token_decode converts it); a tree on FA3 is still refused, naming the backend."""
+    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+    argv = eagle_argv + [FLAG, "16", "--max-running-requests", "64", "--attention-backend", "fa3"] + drafting
+    if not FAST_OFF_PATH_HERE:
+        pytest.skip("no fast off path on this SGLang release: every backend runs upstream's steps-0 state")
+    if fast:
+        parse(argv)
+        assert "fast off path" not in capsys.readouterr().err
+    else:
+        with pytest.raises(SystemExit):
+            parse(argv)
+        assert "tree drafting with --attention-backend fa3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("backend", ["triton", "flashinfer"])
@@ -334,26 +356,36 @@ def test_bad_cli_input_exits_2_with_clear_message(name, extra, env, expected, ea
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("value, enabled", [
-    (None, True), ("1", True), (" TRUE ", True), ("yes", True), ("0", False), ("off", False)])
-def test_host_seq_lens_are_on_unless_set_to_0(value, enabled, eagle_argv, monkeypatch):
-    from sglang_specgate.args import host_seq_lens_enabled
+# The gate's 1/0 environment switches: the args function reading each, and what its default does.
+SWITCHES = {HOST_SEQ_LENS_ENV: ("host_seq_lens_enabled", "1 (FlashInfer plain steps plan on the gate's host "
+                                "lengths, the default)"),
+            FA3_OFF_PATH_ENV: ("fa3_off_path_enabled", "0 (they run upstream's steps-0 kernels, the default)")}
+
+
+@pytest.mark.parametrize("env, value, enabled", [
+    (HOST_SEQ_LENS_ENV, None, True), (HOST_SEQ_LENS_ENV, "1", True), (HOST_SEQ_LENS_ENV, " TRUE ", True),
+    (HOST_SEQ_LENS_ENV, "yes", True), (HOST_SEQ_LENS_ENV, "0", False), (HOST_SEQ_LENS_ENV, "off", False),
+    (FA3_OFF_PATH_ENV, None, False), (FA3_OFF_PATH_ENV, "", False), (FA3_OFF_PATH_ENV, "1", True),
+    (FA3_OFF_PATH_ENV, " on ", True), (FA3_OFF_PATH_ENV, "0", False)])
+def test_switches_read_1_or_0_and_their_default_when_unset(env, value, enabled, eagle_argv, monkeypatch):
+    from sglang_specgate import args
 
     if value is not None:
-        monkeypatch.setenv(HOST_SEQ_LENS_ENV, value)
+        monkeypatch.setenv(env, value)
     parse(eagle_argv + [FLAG, "8"])  # accepted at start-up
-    assert host_seq_lens_enabled() is enabled
+    assert getattr(args, SWITCHES[env][0])() is enabled
 
 
+@pytest.mark.parametrize("env", SWITCHES)
 @pytest.mark.parametrize("value", ["2", "maybe", "1.0"])
-def test_garbage_host_seq_lens_env_exits_2_naming_it(value, eagle_argv, monkeypatch, capsys):
-    monkeypatch.setenv(HOST_SEQ_LENS_ENV, value)
+def test_garbage_in_a_switch_exits_2_naming_it(env, value, eagle_argv, monkeypatch, capsys):
+    monkeypatch.setenv(env, value)
     with pytest.raises(SystemExit) as exit_info:
         parse(eagle_argv + [FLAG, "8"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert HOST_SEQ_LENS_ENV in err and repr(value) in err and "Set it to 1 or 0, or unset it" in err, err
-    assert "Traceback" not in err
+    assert env in err and repr(value) in err and SWITCHES[env][1] in err, err
+    assert "Set it to 1 or 0, or unset it" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -22,9 +22,9 @@ from sglang.srt.layers.attention.flashinfer_backend import (
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
-from sglang_specgate.args import FAST_OFF_PATH_ATTENTION_BACKENDS
+from sglang_specgate.args import FA3_OFF_PATH_ENV, FAST_OFF_PATH_ATTENTION_BACKENDS
 from sglang_specgate.one_token_decode import (
-    VERIFIED_BACKENDS,
+    DECODE_PATHS,
     as_decode_batch,
     is_one_token_spec_forward,
     read_one_entry,
@@ -177,4 +177,87 @@ def test_the_fast_off_path_flags_build_the_verified_classes(name, monkeypatch):
                              model_config=SimpleNamespace(is_encoder_decoder=False),
                              server_args=SimpleNamespace(speculative_algorithm="EAGLE3"))
     backend = ATTENTION_BACKENDS[name](runner)
-    assert type(backend).__name__ in VERIFIED_BACKENDS
+    assert type(backend).__name__ in DECODE_PATHS
+
+
+class FlashAttentionBackend:
+    """Stands in for SGLang's FA3 backend, whose module cannot be imported without a GPU
+    (sgl_kernel loads its CUDA ops at import): what the conversion reads and calls, as its
+    __init__ sets them for FA3 with plain multi-head attention (flashattention_backend.py), and
+    its metadata and forward methods recording what they are given. test_upstream_contracts.py
+    checks the real class has them."""
+
+    def __init__(self, topk=1, fa_impl_ver=3, **attention):
+        self.topk, self.fa_impl_ver, self.num_splits, self.attn_cp_size = topk, fa_impl_ver, 0, 1
+        for name in ("use_mla", "has_local_attention", "has_swa", "is_encoder_decoder",
+                     "use_sliding_window_kv_pool"):
+            setattr(self, name, attention.get(name, False))
+        self.calls = []
+
+    def init_forward_metadata(self, forward_batch):
+        self.calls.append(("metadata", forward_batch.forward_mode.name, forward_batch.seq_lens.tolist()))
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+        self.calls.append(("out_graph", forward_batch.forward_mode.name, forward_batch.seq_lens.tolist()))
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        self.calls.append(("in_graph", forward_batch.forward_mode.name))
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        self.calls.append(("extend", forward_batch.forward_mode.name))
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        self.calls.append(("decode", forward_batch.forward_mode.name))
+
+
+def test_fa3_keeps_upstreams_kernels_unless_switched_on(monkeypatch, caplog):
+    monkeypatch.delenv(FA3_OFF_PATH_ENV, raising=False)
+    backend = FlashAttentionBackend()
+    assert not use_decode_kernels(backend)
+    assert type(backend) is FlashAttentionBackend
+    assert f"{FA3_OFF_PATH_ENV}=1 turns it on" in caplog.text
+    assert "--attention-backend triton or flashinfer" in caplog.text
+
+
+@pytest.mark.parametrize("backend, named", [
+    (FlashAttentionBackend(topk=4), "chain drafting"),
+    (FlashAttentionBackend(fa_impl_ver=4), "not FA4"),
+    (FlashAttentionBackend(use_sliding_window_kv_pool=True), "sliding-window attention"),
+    (FlashAttentionBackend(use_mla=True), "not MLA"),
+])
+def test_fa3_switched_on_still_leaves_what_its_decode_path_does_not_cover(backend, named, monkeypatch, caplog):
+    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+    assert not use_decode_kernels(backend)
+    assert type(backend) is FlashAttentionBackend and named in caplog.text
+
+
+def test_fa3_switched_on_runs_one_token_forwards_as_decode_steps(monkeypatch, caplog):
+    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+    backend = FlashAttentionBackend()
+    assert use_decode_kernels(backend)
+    assert "FlashAttentionBackend's decode path, which has not run on a GPU yet" in caplog.text
+    assert isinstance(backend, FlashAttentionBackend)
+    assert type(backend).__name__ == "OneTokenDecodeFlashAttentionBackend"
+    for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND_V2, ForwardMode.EXTEND):
+        fb = batch(mode)
+        backend.init_forward_metadata_out_graph(fb)
+        backend.init_forward_metadata_in_graph(fb)
+        backend.forward_extend(None, None, None, None, fb)
+    assert backend.calls == [
+        # The verify reads its context and its new token, as a decode step does.
+        ("out_graph", "DECODE", [6, 10, 3]), ("in_graph", "DECODE"), ("decode", "TARGET_VERIFY"),
+        ("out_graph", "DECODE", [1, 1, 1]), ("in_graph", "DECODE"), ("decode", "DRAFT_EXTEND_V2"),
+        # A prefill keeps FA3's extend path.
+        ("out_graph", "EXTEND", [5, 9, 2]), ("in_graph", "EXTEND"), ("extend", "EXTEND"),
+    ]
+
+
+def test_fa3_draft_extend_reads_one_split_and_grows_nothing(monkeypatch):
+    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+    backend = FlashAttentionBackend()
+    use_decode_kernels(backend)
+    read_one_entry(backend)
+    assert backend.num_splits == 1
+    before = dict(vars(backend))
+    take_rows(backend, 1024)  # its graph runner sizes its buffers at the write sizes
+    assert vars(backend) == before

@@ -367,6 +367,8 @@ def test_doctor_passes(eagle_argv):
             in result.stdout
     assert "[ok] host sequence lengths for plain steps (FlashInfer): on (SGLANG_SPEC_GATE_HOST_SEQ_LENS=<unset>)" \
         in result.stdout
+    assert "[ok] FA3's decode path for off steps (chains; not yet run on a GPU): off " \
+        "(SGLANG_SPEC_GATE_FA3_OFF_PATH=<unset>)" in result.stdout
 
 
 def test_doctor_describes_the_auto_gate(eagle_argv):
@@ -412,10 +414,11 @@ def test_doctor_warns_where_the_off_path_is_upstreams(eagle_argv):
     assert "doctor: all checks passed" in result.stdout
 
 
-def test_doctor_names_a_bad_host_seq_lens_setting():
-    result = run_python(["-m", "sglang_specgate", "doctor"], env={"SGLANG_SPEC_GATE_HOST_SEQ_LENS": "maybe"})
+@pytest.mark.parametrize("env", ["SGLANG_SPEC_GATE_HOST_SEQ_LENS", "SGLANG_SPEC_GATE_FA3_OFF_PATH"])
+def test_doctor_names_a_bad_switch_setting(env):
+    result = run_python(["-m", "sglang_specgate", "doctor"], env={env: "maybe"})
     assert result.returncode == 1
-    assert "[FAIL] SGLANG_SPEC_GATE_HOST_SEQ_LENS: SGLANG_SPEC_GATE_HOST_SEQ_LENS must be 1" in result.stdout
+    assert f"[FAIL] {env}: {env} must be 1" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
 

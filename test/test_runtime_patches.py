@@ -246,13 +246,29 @@ def test_the_helpers_refuse_a_name_the_entry_does_not_list():
         swap_class(narrow, Owner(), OverridesMore)
 
 
-def test_the_one_token_decode_entry_lists_what_its_subclass_overrides_on_each_verified_backend():
-    from sglang_specgate.one_token_decode import VERIFIED_BACKENDS, _one_token_decode_class
-    from sglang_specgate.runtime_patches import ONE_TOKEN_DECODE_CLASS
+def test_the_one_token_decode_entries_list_what_its_subclass_overrides_on_each_backend():
+    from sglang_specgate.one_token_decode import DECODE_PATHS, _one_token_decode_class
+    from sglang_specgate.runtime_patches import FA3_ONE_TOKEN_DECODE_CLASS, ONE_TOKEN_DECODE_CLASS
 
     owners = [importlib.import_module(path.rsplit(".", 1)[0]).__dict__[path.rsplit(".", 1)[1]]
               for path in ONE_TOKEN_DECODE_CLASS.owners]
-    assert sorted(owner.__name__ for owner in owners) == sorted(VERIFIED_BACKENDS)
+    # FA3's module needs a GPU to import: its entry names the class, test_upstream_contracts.py
+    # checks the methods in its source.
+    fa3 = [path.rsplit(".", 1)[1] for path in FA3_ONE_TOKEN_DECODE_CLASS.owners]
+    assert sorted([owner.__name__ for owner in owners] + fa3) == sorted(DECODE_PATHS)
+    assert FA3_ONE_TOKEN_DECODE_CLASS.attributes == ONE_TOKEN_DECODE_CLASS.attributes
     for owner in owners:
         subclass = _one_token_decode_class(owner)
         assert set(overridden_methods(subclass, owner)) == set(ONE_TOKEN_DECODE_CLASS.attributes)
+
+
+def test_a_switched_change_is_checked_only_while_on(monkeypatch):
+    """FA3's entries are checked at start-up only where SGLANG_SPEC_GATE_FA3_OFF_PATH=1: their
+    owner's module needs a GPU to import, which a server on another backend may not have."""
+    from sglang_specgate.runtime_patches import FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS, patches_for
+
+    fa3 = {FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS}
+    monkeypatch.delenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", raising=False)
+    assert fa3.isdisjoint(patches_for("0.5.17"))
+    monkeypatch.setenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", "1")
+    assert fa3 <= set(patches_for("0.5.17")) and fa3.isdisjoint(patches_for("0.5.23"))

@@ -93,3 +93,35 @@ def test_the_metrics_reporter_has_what_the_metrics_hook_reads():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runtime_patches, "RUNTIME_PATCHES", tuple(reads))
         assert unresolved_names(RELEASE) == []
+
+
+def _fa3_backend_class():
+    """FA3's backend class statement, read from the installed source: its module imports
+    sgl_kernel's CUDA ops, which a machine without a GPU cannot load."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang.srt.layers.attention.flashattention_backend")
+    tree = ast.parse(open(spec.origin).read())
+    return next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "FlashAttentionBackend")
+
+
+@pytest.mark.fast_off_path
+def test_fa3_has_what_its_decode_path_for_the_off_state_uses():
+    """one_token_decode's FA3 entry: the methods its subclass overrides or calls, the attributes
+    _fa3_unsupported reads and _fa3_reads_one_entry sets (all in __init__), and the decode
+    kernel taking its split count from the backend."""
+    import ast
+
+    from sglang_specgate.runtime_patches import FA3_ONE_TOKEN_DECODE_CLASS
+
+    fa3 = _fa3_backend_class()
+    methods = {node.name: node for node in fa3.body if isinstance(node, ast.FunctionDef)}
+    assert set(FA3_ONE_TOKEN_DECODE_CLASS.attributes) | {"forward_decode"} <= set(methods)
+    init_sets = {n.attr for n in ast.walk(methods["__init__"])
+                 if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.value.id == "self"}
+    assert {"num_splits", "fa_impl_ver", "topk", "use_mla", "has_local_attention", "has_swa", "is_encoder_decoder",
+            "use_sliding_window_kv_pool", "attn_cp_size"} <= init_sets
+    decode_splits = [k.value for n in ast.walk(methods["forward_decode"]) if isinstance(n, ast.Call)
+                     for k in n.keywords if k.arg == "num_splits"]
+    assert decode_splits and all(ast.unparse(v) == "self.num_splits" for v in decode_splits)

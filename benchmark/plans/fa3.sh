@@ -27,18 +27,26 @@
 # Ran (b6492eb, H100): FA3_CONFIGS=gate,plain FA3_REPEATS=2 with the two tests
 # (results/2026-12-07-fa3-gate-plain-8b-2.2-h100), then FA3_PARTS=sweep
 # FA3_CONFIGS=upstream-gate,spec FA3_LEVELS=16,64 (results/2026-12-07-fa3-spec-upstream-gate-8b-2.2-h100).
+# Item 3, FA3's own decode path for the off state (one_token_decode.py, behind
+# SGLANG_SPEC_GATE_FA3_OFF_PATH until a GPU has run it): FA3_OFF_PATH=1 sets the variable for
+# every server and test, and the sweep writes to fa3-ab-fast-path. Next, on any card (about 16 minutes):
+#   FA3_OFF_PATH=1 FA3_CONFIGS=gate,plain FA3_REPEATS=2 \
+#     FA3_TESTS=greedy_outputs_identical,reenable_is_warm,gate_switched,prompts_prefilled \
+#     bash benchmark/gpu_job.sh start benchmark/plans/fa3.sh 290
+export SGLANG_SPEC_GATE_FA3_OFF_PATH=${FA3_OFF_PATH:-0}
+run=fa3-ab${FA3_OFF_PATH:+-fast-path}
 parts=${FA3_PARTS:-sweep,tests} levels=${FA3_LEVELS:-16,32,64,128}
 tests=${FA3_TESTS:-greedy_outputs_identical,reenable_is_warm}
 if [[ $parts == *sweep* ]] && fa3_has_kernels 8b; then
   phase pair python3 benchmark/model_pair.py /tmp/p8 --shape 8b --accept-length 2.2 --seed 0 --device cuda
-  phase fa3-ab python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/fa3-ab" \
+  phase "$run" python3 benchmark/sweep.py --interleave --run-dir "$RESULTS/$run" \
     --model-path /tmp/p8/target --draft-model-path /tmp/p8/draft --thresholds 9 --scenarios closed \
     --configs "${FA3_CONFIGS:-gate,upstream-gate,spec,plain}" --concurrency "$levels" \
     --prompts-per-concurrency "${FA3_PROMPTS_PER_C:-4}" --repeat-levels "${FA3_REPEATS:-2}" \
     --warm-up-level "${levels##*,}" --output-len 256 --output-len-spread 0.5 \
     ${FA3_PROFILE_LEVEL:+--profile-level "$FA3_PROFILE_LEVEL" --profile-steps 200 --profile-host} \
     -- --attention-backend fa3 --sampling-backend pytorch --grammar-backend none
-  keep_lines "$RESULTS/fa3-ab/logs"
+  keep_lines "$RESULTS/$run/logs"
 fi
 if [[ $parts == *tests* ]]; then
   SPECGATE_GPU_BURSTS=3 phase tests gpu_tests fa3 1b "${tests//,/ or }"

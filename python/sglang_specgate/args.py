@@ -32,12 +32,16 @@ DWELL_FLAG = "--speculative-gate-dwell-steps"
 REENABLE_FLAG = "--speculative-gate-reenable-threshold"
 CANDIDATES_FLAG = "--speculative-gate-candidate-steps"
 HOST_SEQ_LENS_ENV = "SGLANG_SPEC_GATE_HOST_SEQ_LENS"
+FA3_OFF_PATH_ENV = "SGLANG_SPEC_GATE_FA3_OFF_PATH"
 DEFAULT_DWELL_STEPS = 8
 GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
 # The --attention-backend values whose backends the fast off path runs on (their classes are
-# one_token_decode.VERIFIED_BACKENDS); on others, off steps run upstream's steps-0 kernels.
+# one_token_decode.DECODE_PATHS); on others, off steps run upstream's steps-0 kernels.
 FAST_OFF_PATH_ATTENTION_BACKENDS = ("triton", "flashinfer")
 FAST_OFF_PATH_FIX = "--attention-backend " + " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS)
+# FA3's decode path for the off state (one_token_decode.PENDING_BACKENDS): chains only, and
+# only where FA3_OFF_PATH_ENV asks for it until it has run on a GPU.
+FA3 = "fa3"
 # The decode CUDA-graph backend whose graphs the auto gate's calibration replays.
 FULL_DECODE_GRAPHS = "full"
 
@@ -156,6 +160,7 @@ def resolve_gate_fields(given: dict, speculates: bool) -> tuple[dict, ThresholdS
     ``speculates``: an algorithm was given (read before SGLang resolves it; SGLang never sets
     one where none was given)."""
     host_seq_lens_enabled()  # read again in the scheduler processes; garbage fails here first
+    fa3_off_path_enabled()
     setting = _threshold_setting(given["speculative_disable_batch_threshold"], speculates)
     dwell = non_negative_int(given["speculative_gate_dwell_steps"], DWELL_FLAG)
     reenable = given["speculative_gate_reenable_threshold"]
@@ -271,22 +276,43 @@ def _warn_knobs_without_gate(dwell: int, reenable: Optional[int], candidates: Op
     logger.warning("%s: no effect, the gate is off (%s). %s", ", ".join(ignored), why, fix)
 
 
+def _env_switch(name: str, default: bool, on: str, off: str) -> bool:
+    """A 1/0 environment variable (true/false, yes/no, on/off alike), ``default`` when unset or
+    empty; anything else is a SpecGateConfigError saying what 1 and 0 do."""
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on") or (not value and default):
+        return True
+    if value in ("0", "false", "no", "off") or not value:
+        return False
+    defaults = (", the default", "") if default else ("", ", the default")
+    raise SpecGateConfigError(
+        f"{name} must be 1 ({on}{defaults[0]}) or 0 ({off}{defaults[1]}), got {raw!r}. "
+        "Set it to 1 or 0, or unset it."
+    )
+
+
 def host_seq_lens_enabled() -> bool:
     """Whether plain steps on backends that plan on host lengths (FlashInfer) take them from the
     gate's mirror (host_seq_lens.py) instead of waiting for the GPU's copy. On unless set to 0:
     the way back to upstream's copy, should the mirror's device check (``disagreed`` in
     /server_info) ever count a length it served wrong."""
-    raw = os.environ.get(HOST_SEQ_LENS_ENV, "")
-    value = raw.strip().lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise SpecGateConfigError(
-        f"{HOST_SEQ_LENS_ENV} must be 1 (FlashInfer plain steps plan on the gate's host lengths, "
-        f"the default) or 0 (they wait for the GPU's, as upstream), got {raw!r}. "
-        "Set it to 1 or 0, or unset it."
-    )
+    return _env_switch(HOST_SEQ_LENS_ENV, True, "FlashInfer plain steps plan on the gate's host lengths",
+                       "they wait for the GPU's, as upstream")
+
+
+def fa3_off_path_enabled() -> bool:
+    """Whether the off state's one-token forwards on FA3 run its decode path (one_token_decode),
+    as Triton's and FlashInfer's do. Off unless set to 1 until that has run on a GPU; without it
+    FA3's off steps run upstream's steps-0 kernels (docs/benchmarks.md measures them)."""
+    return _env_switch(FA3_OFF_PATH_ENV, False, "FA3's off steps run its decode path, not yet run on a GPU",
+                       "they run upstream's steps-0 kernels")
+
+
+def fast_off_path_attention_backends(topk: int) -> tuple[str, ...]:
+    """The --attention-backend values whose off steps run the fast off path, for drafts of
+    ``topk`` (FA3's decode path serves chains only)."""
+    return FAST_OFF_PATH_ATTENTION_BACKENDS + ((FA3,) if topk <= 1 and fa3_off_path_enabled() else ())
 
 
 # (predicate on resolved args, what is wrong, the fix). Each combination would either
@@ -433,10 +459,12 @@ def slower_off_path(args) -> Optional[str]:
     slow = slow_off_path_backends(args)
     if not slow:
         return None
+    fa3 = (f", or with FA3 and chain drafting set {FA3_OFF_PATH_ENV}=1 for FA3's decode path (not yet run on "
+           "a GPU)") if any(FA3 in setting for setting in slow) and not fa3_off_path_enabled() else ""
     return (f"speculation-off steps are fast on {' or '.join(FAST_OFF_PATH_ATTENTION_BACKENDS)} attention "
-            f"only; with {'; '.join(slow)} they run upstream's steps-0 kernels (not measured there; on "
-            "Triton those ran at 0.29x a plain server at 64 requests). Start with "
-            f"{FAST_OFF_PATH_FIX} for the fast off path.")
+            f"only; with {'; '.join(slow)} they run upstream's steps-0 kernels (on Triton those ran at 0.29x "
+            "a plain server at 64 requests, on FA3 at 0.94-0.98x from 16 to 128). Start with "
+            f"{FAST_OFF_PATH_FIX} for the fast off path{fa3}.")
 
 
 def slow_off_path_backends(args) -> list[str]:
@@ -444,15 +472,16 @@ def slow_off_path_backends(args) -> list[str]:
     build the off state's target-verify or draft-extend backend outside the fast off path."""
     from sglang_specgate.sglang_versions import installed
 
+    fast = fast_off_path_attention_backends(args.speculative_eagle_topk or 1)
     prefill, decode = installed().attention_backends(args)
     if prefill != decode:  # SGLang composes a HybridAttnBackend of the two
         target = [f"--prefill-attention-backend {prefill} and --decode-attention-backend {decode} (hybrid)"]
-    elif prefill not in FAST_OFF_PATH_ATTENTION_BACKENDS:
+    elif prefill not in fast:
         target = [f"--attention-backend {prefill}"]
     else:
         target = []
     draft = args.speculative_draft_attention_backend
-    if draft and draft not in FAST_OFF_PATH_ATTENTION_BACKENDS:
+    if draft and draft not in fast:
         return target + [f"--speculative-draft-attention-backend {draft}"]
     return target
 

@@ -70,9 +70,9 @@ def run(server_argv: list[str]) -> int:
     if not problems:
         # Only now: args imports SGLang's argument machinery, which an unsupported SGLang may not
         # have, and the version check above has said so already.
-        from sglang_specgate.args import (HOST_SEQ_LENS_ENV, THRESHOLD_ENV, SpecGateConfigError,
-                                          auto_gate_config, gate_config, gate_is_auto, host_seq_lens_enabled,
-                                          slower_off_path, threshold_from_env)
+        from sglang_specgate.args import (FA3_OFF_PATH_ENV, HOST_SEQ_LENS_ENV, THRESHOLD_ENV, SpecGateConfigError,
+                                          auto_gate_config, fa3_off_path_enabled, gate_config, gate_is_auto,
+                                          host_seq_lens_enabled, slower_off_path, threshold_from_env)
         from sglang_specgate.drafting import drafting_of
         from sglang_specgate.graph_plan import decode_graph_sizes, described, graph_plan
         from sglang_specgate.sglang_versions import installed
@@ -83,13 +83,15 @@ def run(server_argv: list[str]) -> int:
                 report(True, THRESHOLD_ENV, "<unset>" if from_env is None else str(from_env))
             except SpecGateConfigError as e:
                 report(False, THRESHOLD_ENV, str(e))
-        try:
-            report(True, "host sequence lengths for plain steps (FlashInfer)",
-                   f"{'on' if host_seq_lens_enabled() else 'off'} "
-                   f"({HOST_SEQ_LENS_ENV}={os.environ.get(HOST_SEQ_LENS_ENV, '<unset>')})"
-                   + ("" if release in FAST_OFF_PATH_RELEASES else "; unused on this release: part of the fast off path"))
-        except SpecGateConfigError as e:
-            report(False, HOST_SEQ_LENS_ENV, str(e))
+        switches = (("host sequence lengths for plain steps (FlashInfer)", HOST_SEQ_LENS_ENV, host_seq_lens_enabled),
+                    ("FA3's decode path for off steps (chains; not yet run on a GPU)", FA3_OFF_PATH_ENV,
+                     fa3_off_path_enabled))
+        for what, env, enabled in switches:
+            try:
+                report(True, what, f"{'on' if enabled() else 'off'} ({env}={os.environ.get(env, '<unset>')})"
+                       + ("" if release in FAST_OFF_PATH_RELEASES else "; unused on this release: part of the fast off path"))
+            except SpecGateConfigError as e:
+                report(False, env, str(e))
         if server_argv:
             from sglang.srt.server_args import prepare_server_args
 

@@ -20,9 +20,10 @@ import torch
 
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
-from sglang_specgate.args import FAST_OFF_PATH_FIX
-from sglang_specgate.runtime_patches import (FLASHINFER_ROWS, FORWARD_BATCH_AS_DECODE, ONE_TOKEN_DECODE_CLASS,
-                                             TRITON_ONE_SPLIT, TRITON_ROWS, assign, assign_item, swap_class)
+from sglang_specgate.args import FA3_OFF_PATH_ENV, FAST_OFF_PATH_FIX, fa3_off_path_enabled
+from sglang_specgate.runtime_patches import (FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS, FLASHINFER_ROWS,
+                                             FORWARD_BATCH_AS_DECODE, ONE_TOKEN_DECODE_CLASS, TRITON_ONE_SPLIT,
+                                             TRITON_ROWS, assign, assign_item, swap_class)
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,42 @@ def _flashinfer_take_rows(backend, rows: int) -> None:
                 assign(FLASHINFER_ROWS, updater, kv_last_page_len=backend.kv_last_page_len)
 
 
+def _fa3_reads_one_entry(backend) -> None:
+    """FA3 picks its split count from the longest length a replay may read (max_context_len:
+    it plans graphs without host lengths), so a one-entry read would launch many empty splits;
+    one split is what deterministic inference runs everywhere. The same backend also runs the
+    draft's prefill extend while off, when its rows are not deferred: one split is correct
+    there too. Set before its graphs are captured."""
+    assign(FA3_ONE_SPLIT, backend, num_splits=1)
+
+
+def _sizes_its_buffers_at_capture(backend, rows: int) -> None:
+    """FA3 allocates its per-request metadata buffers in init_cuda_graph_state, at the largest
+    batch the graph runner captures (flashattention_backend.py:2052-2369), which already counts
+    the write sizes (deferred_draft_kv.capture_write_sizes): nothing to grow."""
+
+
+def _fa3_unsupported(backend) -> str | None:
+    if not fa3_off_path_enabled():
+        return (f"FA3's decode path for them has not run on a GPU yet; {FA3_OFF_PATH_ENV}=1 turns it on, "
+                f"or start with {FAST_OFF_PATH_FIX}")
+    if backend.fa_impl_ver != 3 or backend.topk > 1:
+        return "FA3's decode path serves FA3 itself (not FA4) with chain drafting (--speculative-eagle-topk 1)"
+    if (backend.use_mla or backend.has_local_attention or backend.has_swa or backend.is_encoder_decoder
+            or backend.use_sliding_window_kv_pool or backend.attn_cp_size > 1):
+        return ("FA3's decode path is written for plain multi-head attention, not MLA, local or "
+                "sliding-window attention, cross attention or context parallelism")
+    return None
+
+
+def _swap(backend, cls: type) -> None:
+    swap_class(ONE_TOKEN_DECODE_CLASS, backend, cls)
+
+
+def _swap_fa3(backend, cls: type) -> None:
+    swap_class(FA3_ONE_TOKEN_DECODE_CLASS, backend, cls)
+
+
 @dataclass(frozen=True)
 class DecodePathSupport:
     """What the off state does to a backend instance besides routing one-token forwards to its
@@ -107,16 +144,25 @@ class DecodePathSupport:
 
     read_one_entry: Callable[[Any], None]
     take_rows: Callable[[Any, int], None]
+    # The class swap, through its runtime_patches entry (GPU or CPU verified per release).
+    swap: Callable[[Any, type], None] = _swap
+    # Why an instance keeps upstream's kernels (a configuration or switch), or None.
+    unsupported: Callable[[Any], str | None] = lambda backend: None
+    # Whether this decode path has served the off state on a GPU (else a warning when used).
+    ran_on_a_gpu: bool = True
 
 
-# Backends, by class name, whose decode path has served the off state on a GPU through real
-# SGLang with test/gpu passing, the probe pair's target checking its own attention (Triton, and
-# FlashInfer with the gate's host lengths and without; runs linked in docs/design.md). Others keep
+# Backends, by class name, with a decode path for the off state. Triton's and FlashInfer's
+# have served it on a GPU through real SGLang with test/gpu passing, the probe pair's target
+# checking its own attention (FlashInfer with the gate's host lengths and without; runs linked
+# in docs/design.md); FA3's has not, and runs only where args.fa3_off_path_enabled. Others keep
 # upstream's extend kernels, with a warning. The --attention-backend values that build them:
-# args.FAST_OFF_PATH_ATTENTION_BACKENDS.
-VERIFIED_BACKENDS = {
+# args.fast_off_path_attention_backends.
+DECODE_PATHS = {
     "TritonAttnBackend": DecodePathSupport(_triton_reads_one_entry, _triton_take_rows),
     "FlashInferAttnBackend": DecodePathSupport(_plans_from_host_lengths, _flashinfer_take_rows),
+    "FlashAttentionBackend": DecodePathSupport(_fa3_reads_one_entry, _sizes_its_buffers_at_capture,
+                                               _swap_fa3, _fa3_unsupported, ran_on_a_gpu=False),
 }
 
 
@@ -152,7 +198,7 @@ def _one_token_decode_class(base: type) -> type:
 
     class OneTokenDecode(base):
         # read_one_entry and take_rows dispatch on it: they are only called on converted backends.
-        decode_path_support = VERIFIED_BACKENDS[base.__name__]
+        decode_path_support = DECODE_PATHS[base.__name__]
 
         def init_forward_metadata(self, forward_batch: ForwardBatch):
             super().init_forward_metadata(decode_view(forward_batch))
@@ -183,7 +229,8 @@ def use_decode_kernels(backend) -> bool:
     cls = type(backend)
     if cls in _decode_classes.values():
         return True
-    if cls.__name__ not in VERIFIED_BACKENDS:
+    support = DECODE_PATHS.get(cls.__name__)
+    if support is None:
         logger.warning(
             "spec gate: attention backend %s is not verified for the fast off path; "
             "speculation-off steps use upstream's steps-0 kernels (slower). For the fast path, "
@@ -192,9 +239,17 @@ def use_decode_kernels(backend) -> bool:
             FAST_OFF_PATH_FIX,
         )
         return False
+    unsupported = support.unsupported(backend)
+    if unsupported:
+        logger.warning("spec gate: attention backend %s: speculation-off steps use upstream's steps-0 "
+                       "kernels (slower): %s.", cls.__name__, unsupported)
+        return False
+    if not support.ran_on_a_gpu:
+        logger.warning("spec gate: speculation-off steps run %s's decode path, which has not run on a GPU "
+                       "yet: please report what you see", cls.__name__)
     if cls not in _decode_classes:
         _decode_classes[cls] = _one_token_decode_class(cls)
     # Same instance, same buffers; only the method lookup changes, so isinstance checks
     # against the upstream class still hold.
-    swap_class(ONE_TOKEN_DECODE_CLASS, backend, _decode_classes[cls])
+    support.swap(backend, _decode_classes[cls])
     return True

@@ -32,6 +32,7 @@ import pkgutil
 import sys
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Callable, Optional
 
 from sglang_specgate.sglang_versions import CPU_0_5_17, GPU_0_5_17, GPU_0_5_17_CPU_0_5_23
 
@@ -55,12 +56,27 @@ class RuntimePatch:
     # release -> sglang_versions.GPU or CPU: where the names are checked at start-up and the change
     # may be made. A fast-off-path change is made only on FAST_OFF_PATH_RELEASES.
     verified_on: dict = field(compare=False)
+    # For a change behind an environment switch (args): whether it is on. While off, its names
+    # are not checked, and its owners (which may need a GPU to import) are not imported.
+    switched_on: Optional[Callable[[], bool]] = field(default=None, compare=False)
 
 
 _RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 _DRAFT_WORKER = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker"
 _TRITON = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
 _FLASHINFER = "sglang.srt.layers.attention.flashinfer_backend"
+_FA3 = "sglang.srt.layers.attention.flashattention_backend.FlashAttentionBackend"
+
+
+def _fa3_off_path_enabled() -> bool:
+    # args imports SGLang's argument machinery. A garbage value counts as off here: the
+    # argument check (and the doctor) refuse it, naming the variable and the fix.
+    from sglang_specgate.args import SpecGateConfigError, fa3_off_path_enabled
+
+    try:
+        return fa3_off_path_enabled()
+    except SpecGateConfigError:
+        return False
 
 TARGET_BACKEND_FACTORY = RuntimePatch(
     owners=(_RUNNER,),
@@ -346,6 +362,40 @@ TRITON_ROWS = RuntimePatch(
     verified_on=GPU_0_5_17,
 )
 
+FA3_ONE_TOKEN_DECODE_CLASS = RuntimePatch(
+    owners=(_FA3,),
+    attributes=ONE_TOKEN_DECODE_CLASS.attributes,
+    check=CLASS_ATTRIBUTE,
+    by="sglang_specgate.one_token_decode",
+    why="As ONE_TOKEN_DECODE_CLASS, on FA3, SGLang's default backend on Hopper: there the steps-0 "
+    "state's decode step costs more than a plain one (docs/benchmarks.md): the target verify plans as a "
+    "verify, without decode's precomputed scheduler metadata, and the draft extends every step.",
+    how="As ONE_TOKEN_DECODE_CLASS, for chain drafting with FA3 itself (not FA4, MLA, local or "
+    "sliding-window attention, cross attention or context parallelism), and only while "
+    "SGLANG_SPEC_GATE_FA3_OFF_PATH=1.",
+    upstream="srt/layers/attention/flashattention_backend.py:378 (init_forward_metadata_in_graph: "
+    "no-op for DECODE), :420 (out_graph: decode modes share _init_full_cg_decode_metadata), :632, "
+    ":1122, :1712 (forward_decode reads forward_batch only for out_cache_loc and topk > 1), "
+    ":2052 (buffers sized at the graph runner's largest batch).",
+    removal="With ONE_TOKEN_DECODE_CLASS; the switch goes once a GPU has run it (then on by default).",
+    verified_on=CPU_0_5_17,
+    switched_on=_fa3_off_path_enabled,
+)
+FA3_ONE_SPLIT = RuntimePatch(
+    owners=(_FA3,),
+    attributes=("num_splits",),
+    check=SET_IN_A_METHOD,
+    by="sglang_specgate.one_token_decode",
+    why="The off state's draft extend reads one KV entry, and FA3 picks its split count from the "
+    "longest length a graph may read (max_context_len, without host lengths).",
+    how="Set to 1 on the draft-extend backend (what --enable-deterministic-inference sets), before "
+    "its graphs are captured.",
+    upstream="srt/layers/attention/flashattention_backend.py:292-296 (num_splits), :327-354 "
+    "(scheduler metadata), :2753-2760 (max_seq_len_k on replay).",
+    removal="With FA3_ONE_TOKEN_DECODE_CLASS.",
+    verified_on=CPU_0_5_17,
+    switched_on=_fa3_off_path_enabled,
+)
 FLASHINFER_ROWS = RuntimePatch(
     owners=(f"{_FLASHINFER}.FlashInferAttnBackend", f"{_FLASHINFER}.FlashInferIndicesUpdaterDecode",
             f"{_FLASHINFER}.FlashInferIndicesUpdaterPrefill"),
@@ -420,6 +470,8 @@ RUNTIME_PATCHES: tuple[RuntimePatch, ...] = (
     TRITON_ONE_SPLIT,
     TRITON_ROWS,
     FLASHINFER_ROWS,
+    FA3_ONE_TOKEN_DECODE_CLASS,
+    FA3_ONE_SPLIT,
     GATE_METRICS_SLOT,
     INTERNAL_STATE,
     OVERRIDE_LOG,
@@ -556,7 +608,9 @@ _CHECKS = {
 
 
 def patches_for(release: str) -> tuple[RuntimePatch, ...]:
-    return tuple(p for p in RUNTIME_PATCHES if release in p.verified_on)
+    """The changes that may be made on ``release``: those registered there, switched on."""
+    return tuple(p for p in RUNTIME_PATCHES
+                 if release in p.verified_on and (p.switched_on is None or p.switched_on()))
 
 
 def unresolved_names(release: str) -> list[str]:

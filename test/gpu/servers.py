@@ -26,7 +26,7 @@ SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3
 # Tree drafting as SGLang picks it for a Llama target (speculative_hook.py:795-804): topk 4, 8 draft tokens.
 TREE_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
               "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
-# A backend the fast off path is verified on (one_token_decode.VERIFIED_BACKENDS); the kit has
+# A backend the fast off path runs on (one_token_decode.DECODE_PATHS); the kit has
 # no grammar backends and no FA3 (shared/gpu/README.md) unless it carries the pair's FA3 kernels
 # (benchmark/fa3_kernels.py), and FlashInfer's kernels build only with its vendored CCCL
 # (benchmark/results/2026-12-02-flashinfer-jit-on-the-kit) unless the kit carries them

@@ -32,7 +32,7 @@ FAST_OFF_PATH_RELEASES = ("0.5.17",)
 GPU = "GPU"  # the GPU suite (test/gpu) and the benchmarks ran with it
 CPU = "CPU"  # its names resolve and the CPU suite checks its contract; it never ran on a GPU
 GPU_0_5_17 = {"0.5.17": GPU}
-CPU_0_5_17 = {"0.5.17": CPU}  # a fast-off-path change for tree drafting, which no GPU has run yet
+CPU_0_5_17 = {"0.5.17": CPU}  # a fast-off-path change no GPU has run yet (tree drafting, FA3)
 GPU_0_5_17_CPU_0_5_23 = {"0.5.17": GPU, "0.5.23": CPU}
 CPU_0_5_23 = {"0.5.23": CPU}
 # What pyproject.toml's dependency allows; a test keeps the two in step.
