@@ -544,9 +544,28 @@ def test_live_steps_give_each_k_and_size_its_ratio_to_the_table():
     assert factors[3] == pytest.approx((1.5,) * 4)
     assert factors[0] == pytest.approx((1.1,) * 4)
     assert factors[1] == pytest.approx((1.1 + 0.4 / 3,) * 4)
+    # A size timed once leans on its k's mean over all sizes; the size with the window's worth of
+    # samples moves a little towards it. Untimed sizes take the nearest timed one (a tie: the smaller).
     costs.record(3, 1, 13 * 1.2)
-    assert costs.factors()[3] == pytest.approx((1.2, 1.2, 1.5, 1.5))  # the nearest timed size; a tie: the smaller
+    held = sum(0.75 ** j for j in range(20))  # the window's decayed count at 32
+    pooled = (1.5 * held + 1.2) / (held + 1)
+    one, many = (1.2 + 8 * pooled) / 9, (1.5 * held + 8 * pooled) / (held + 8)
+    assert costs.factors()[3] == pytest.approx((one, one, many, many))
     assert costs.recorded == 41 and costs.dropped == 0
+
+
+def test_a_size_timed_a_few_times_does_not_swing_its_ks_factor():
+    """On a GPU, k = 3's factors swung from one captured size to the next where a size had a few
+    samples, and the best k alternated between 3 and plain by size (docs/design.md)."""
+    costs = live(window=64.0)
+    for _ in range(200):
+        costs.record(3, 20, 21 * 1.8)  # well timed at 32
+    costs.record(3, 1, 13 * 3.0)  # one jittery step at size 1
+    f = costs.factors()[3]
+    assert f[0] < 2.0 and f[2] == pytest.approx(1.8, rel=0.01)
+    for _ in range(200):
+        costs.record(3, 1, 13 * 3.0)  # sustained: size 1 earns its own factor
+    assert costs.factors()[3][0] == pytest.approx(3.0, rel=0.15)
 
 
 def test_a_k_never_timed_is_not_left_at_the_tables_optimism():
@@ -590,7 +609,8 @@ def test_live_factors_read_back_bit_for_bit_and_bad_ones_are_refused():
 
 
 @pytest.mark.parametrize("config", [dict(window=0.5), dict(min_ratio=0.0), dict(min_ratio=1.0),
-                                    dict(max_ratio=1.0), dict(max_ratio=math.inf)])
+                                    dict(max_ratio=1.0), dict(max_ratio=math.inf), dict(prior_samples=-1.0),
+                                    dict(prior_samples=math.nan)])
 def test_invalid_live_cost_config_rejected(config):
     with pytest.raises(ValueError):
         LiveCostConfig(**config)

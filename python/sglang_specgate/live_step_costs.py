@@ -12,7 +12,9 @@ scheduler: while the GPU stays busy, the second step's time on it, host time it 
 included. There is none for a step launched next to a prefill or to a change of draft steps
 (controller_params.Launch), whose interval holds their work too, and none far from the table
 (an idle gap). Each (k, captured size the batch pads to) keeps a decaying mean of live
-over table; a size never timed takes its k's nearest timed one, and a k never timed (a candidate
+over table, shrunk towards its k's mean over all sizes while it has few samples (a size the
+load passes through now and then would otherwise swing its k's choice on a step or two's
+jitter); a size never timed takes its k's nearest timed one, and a k never timed (a candidate
 the gate has not run yet) the line between the k around it, rather than the table's optimism.
 """
 
@@ -31,10 +33,13 @@ class LiveCostConfig:
     window: float = 64.0  # samples a (k, size) mean remembers
     min_ratio: float = 0.5  # live / table outside [min_ratio, max_ratio]: not a decode step alone
     max_ratio: float = 4.0
+    prior_samples: float = 8.0  # how many samples a size's own mean needs to outweigh its k's
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.window) and self.window >= 1):
             raise ValueError(f"live cost window must be >= 1, got {self.window}")
+        if not (math.isfinite(self.prior_samples) and self.prior_samples >= 0):
+            raise ValueError(f"live cost prior samples must be >= 0, got {self.prior_samples}")
         if not (0 < self.min_ratio < 1 < self.max_ratio and math.isfinite(self.max_ratio)):
             raise ValueError(f"live cost ratio bounds must satisfy 0 < min < 1 < max, got "
                              f"{self.min_ratio} and {self.max_ratio}")
@@ -67,16 +72,20 @@ class LiveStepCosts:
         self.recorded += 1
 
     def factors(self) -> dict[int, tuple[float, ...]]:
-        """Per k, the factor for each captured size: its mean, else its k's nearest timed
-        size's. A k never timed takes, size by size, the line between the nearest timed k below
-        and above it, plain's table (a factor of 1) standing in below where plain was never
-        timed, or the nearest below where none above was."""
+        """Per k, the factor for each captured size: its mean with ``prior_samples`` of its k's
+        mean over all sizes added, else its k's nearest timed size's. A k never timed takes,
+        size by size, the line between the nearest timed k below and above it, plain's table
+        (a factor of 1) standing in below where plain was never timed, or the nearest below
+        where none above was."""
         sizes = range(len(self.table.batch_sizes))
+        prior = self.config.prior_samples
         timed = {}
         for k, samples in self._samples.items():
             seen = [i for i in sizes if samples[i] > 0]
             if seen:
-                means = {i: self._ratios[k][i] / samples[i] for i in seen}
+                ratios = self._ratios[k]
+                pooled = sum(ratios[i] for i in seen) / sum(samples[i] for i in seen)
+                means = {i: (ratios[i] + prior * pooled) / (samples[i] + prior) for i in seen}
                 timed[k] = tuple(means[min(seen, key=lambda t: (abs(t - i), t))] for i in sizes)
         # A plain step never timed keeps its table entry: its graph is most of what it runs.
         anchors = {0: (1.0,) * len(sizes), **timed}
