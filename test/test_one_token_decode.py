@@ -189,7 +189,7 @@ class FlashAttentionBackend:
 
     def __init__(self, topk=1, fa_impl_ver=3, **attention):
         self.topk, self.fa_impl_ver, self.num_splits, self.attn_cp_size = topk, fa_impl_ver, 0, 1
-        for name in ("use_mla", "has_local_attention", "has_swa", "is_encoder_decoder",
+        for name in ("use_mla", "has_local_attention", "has_swa", "is_prefill_aware_swa", "is_encoder_decoder",
                      "use_sliding_window_kv_pool"):
             setattr(self, name, attention.get(name, False))
         self.calls = []
@@ -224,6 +224,7 @@ def test_fa3_keeps_upstreams_kernels_unless_switched_on(monkeypatch, caplog):
     (FlashAttentionBackend(fa_impl_ver=4), "not FA4"),
     (FlashAttentionBackend(use_sliding_window_kv_pool=True), "sliding-window attention"),
     (FlashAttentionBackend(use_mla=True), "not MLA"),
+    (FlashAttentionBackend(is_prefill_aware_swa=True), "sliding-window attention"),
 ])
 def test_fa3_switched_on_still_leaves_what_its_decode_path_does_not_cover(backend, named, monkeypatch, caplog):
     monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")

@@ -39,7 +39,7 @@ GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
 # one_token_decode.DECODE_PATHS); on others, off steps run upstream's steps-0 kernels.
 FAST_OFF_PATH_ATTENTION_BACKENDS = ("triton", "flashinfer")
 FAST_OFF_PATH_FIX = "--attention-backend " + " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS)
-# FA3's decode path for the off state (one_token_decode.PENDING_BACKENDS): chains only, and
+# FA3's decode path for the off state (one_token_decode.DECODE_PATHS): chains only, and
 # only where FA3_OFF_PATH_ENV asks for it until it has run on a GPU.
 FA3 = "fa3"
 # The decode CUDA-graph backend whose graphs the auto gate's calibration replays.

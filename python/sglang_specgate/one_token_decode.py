@@ -101,11 +101,12 @@ def _flashinfer_take_rows(backend, rows: int) -> None:
 
 
 def _fa3_reads_one_entry(backend) -> None:
-    """FA3 picks its split count from the longest length a replay may read (max_context_len:
-    it plans graphs without host lengths), so a one-entry read would launch many empty splits;
-    one split is what deterministic inference runs everywhere. The same backend also runs the
-    draft's prefill extend while off, when its rows are not deferred: one split is correct
-    there too. Set before its graphs are captured."""
+    """FA3 plans a graph's split count for the longest length a replay may read
+    (max_context_len: it plans graphs without host lengths), and a split-KV launch carries a
+    combine kernel and its accumulators, for a read of one entry. One split is what
+    deterministic inference runs everywhere. The same backend also runs the draft's prefill
+    extend while off, when its rows are not deferred: one split is correct there too, if
+    slower. Set before its graphs are captured."""
     assign(FA3_ONE_SPLIT, backend, num_splits=1)
 
 
@@ -121,8 +122,8 @@ def _fa3_unsupported(backend) -> str | None:
                 f"or start with {FAST_OFF_PATH_FIX}")
     if backend.fa_impl_ver != 3 or backend.topk > 1:
         return "FA3's decode path serves FA3 itself (not FA4) with chain drafting (--speculative-eagle-topk 1)"
-    if (backend.use_mla or backend.has_local_attention or backend.has_swa or backend.is_encoder_decoder
-            or backend.use_sliding_window_kv_pool or backend.attn_cp_size > 1):
+    if (backend.use_mla or backend.has_local_attention or backend.has_swa or backend.is_prefill_aware_swa
+            or backend.is_encoder_decoder or backend.use_sliding_window_kv_pool or backend.attn_cp_size > 1):
         return ("FA3's decode path is written for plain multi-head attention, not MLA, local or "
                 "sliding-window attention, cross attention or context parallelism")
     return None

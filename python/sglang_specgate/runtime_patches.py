@@ -375,7 +375,8 @@ FA3_ONE_TOKEN_DECODE_CLASS = RuntimePatch(
     "SGLANG_SPEC_GATE_FA3_OFF_PATH=1.",
     upstream="srt/layers/attention/flashattention_backend.py:378 (init_forward_metadata_in_graph: "
     "no-op for DECODE), :420 (out_graph: decode modes share _init_full_cg_decode_metadata), :632, "
-    ":1122, :1712 (forward_decode reads forward_batch only for out_cache_loc and topk > 1), "
+    ":1122, :1712 (forward_decode reads forward_batch's out_cache_loc, encoder_out_cache_loc, "
+    "batch_size and _attn_output, the same in the view, and spec_info only for topk > 1), "
     ":2052 (buffers sized at the graph runner's largest batch).",
     removal="With ONE_TOKEN_DECODE_CLASS; the switch goes once a GPU has run it (then on by default).",
     verified_on=CPU_0_5_17,
@@ -386,12 +387,13 @@ FA3_ONE_SPLIT = RuntimePatch(
     attributes=("num_splits",),
     check=SET_IN_A_METHOD,
     by="sglang_specgate.one_token_decode",
-    why="The off state's draft extend reads one KV entry, and FA3 picks its split count from the "
-    "longest length a graph may read (max_context_len, without host lengths).",
+    why="The off state's draft extend reads one KV entry, and FA3 plans a graph's split count for "
+    "the longest length a replay may read (max_context_len: replays pass no host lengths); a "
+    "split launch adds a combine kernel and its accumulators.",
     how="Set to 1 on the draft-extend backend (what --enable-deterministic-inference sets), before "
     "its graphs are captured.",
     upstream="srt/layers/attention/flashattention_backend.py:292-296 (num_splits), :327-354 "
-    "(scheduler metadata), :2753-2760 (max_seq_len_k on replay).",
+    "(scheduler metadata), :529-531 and :2755-2763 (replays plan with max_context_len).",
     removal="With FA3_ONE_TOKEN_DECODE_CLASS.",
     verified_on=CPU_0_5_17,
     switched_on=_fa3_off_path_enabled,
