@@ -45,12 +45,17 @@ case ${AUTO_PART:-smoke} in
       --warm-up-level "${AUTO_WARM_UP:-16}" --output-len 256 --output-len-spread 0.5 -- "${server_flags[@]}"
     keep_lines "$RESULTS/$name/logs" ;;
   shift)
-    phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
-    phase shift python3 -m benchmark.client.shift --run-dir "$RESULTS/shift-8b-3.2-1.3" \
-      --model-path /tmp/p8d/target --draft-model-path /tmp/p8d/draft --design /tmp/p8d/design.json \
-      --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" --upstream-as-shipped --upstream-adaptive-steps 7 \
-      --phases 2 --phase-s 60 --concurrency 4,64,16,32 --concurrency-s 15 --rounds "${AUTO_SHIFT_ROUNDS:-2}" \
-      -- "${server_flags[@]}"
-    keep_lines "$RESULTS/shift-8b-3.2-1.3/logs" ;;
+    # On FA3 (AUTO_BACKEND=fa3, the carried kernels) the crossovers lie far above Triton's
+    # (results/2026-12-07-fa3-spec-upstream-gate-8b-2.2-h100): give AUTO_SHIFT_N from there.
+    run="$RESULTS/shift-8b-3.2-1.3${AUTO_BACKEND:+-$backend}"
+    if [ "$backend" != fa3 ] || fa3_has_kernels 8b; then
+      phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
+      phase shift python3 -m benchmark.client.shift --run-dir "$run" \
+        --model-path /tmp/p8d/target --draft-model-path /tmp/p8d/draft --design /tmp/p8d/design.json \
+        --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" --upstream-as-shipped --upstream-adaptive-steps 7 \
+        --phases 2 --phase-s 60 --concurrency 4,64,16,32 --concurrency-s 15 --rounds "${AUTO_SHIFT_ROUNDS:-2}" \
+        -- "${server_flags[@]}"
+      keep_lines "$run/logs"
+    fi ;;
   *) log "unknown AUTO_PART ${AUTO_PART}: smoke, sweep or shift" ;;
 esac
