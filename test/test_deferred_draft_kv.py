@@ -444,23 +444,26 @@ def test_the_write_graph_is_captured_above_the_request_pool_up_to_the_draft_widt
     assert "get_batch_sizes_to_capture" in EAGLEDraftExtendCudaGraphRunner.__init__.__code__.co_names
 
 
-@pytest.mark.parametrize("largest, draft_width, added", [
-    (256, 4, [512, 768, 1024]),  # four decode steps already reach MIN_WRITE_ROWS
-    (128, 4, [256, 384, 512, 1024]),  # four decode steps, then doubled to it
-    (48, 3, [96, 144, 288, 576, 1024]),  # doubled, the last size clamped to it
-    (640, 4, [1280, 1920, 2560]),  # above it: the decode steps alone
+@pytest.mark.parametrize("largest, draft_width, most, added", [
+    (256, 4, None, [512, 768, 1024]),  # four decode steps already reach MIN_WRITE_ROWS
+    (128, 4, None, [256, 384, 512, 1024]),  # four decode steps, then doubled to it
+    (48, 3, None, [96, 144, 288, 576, 1024]),  # doubled, the last size clamped to it
+    (640, 4, None, [1280, 1920, 2560]),  # above it: the decode steps alone
+    (128, 4, 400, [256, 384]),  # the backend's memory allows 400 rows
+    (128, 4, 128, []),  # or no more than a decode batch: a write takes one step's rows
 ])
-def test_writes_take_at_least_a_prompts_worth_of_rows(monkeypatch, largest, draft_width, added):
+def test_writes_take_at_least_a_prompts_worth_of_rows(monkeypatch, largest, draft_width, most, added):
     decode_sizes = [1, 2, 4, largest]
     monkeypatch.setattr(draft_extend_graphs, "get_batch_sizes_to_capture", lambda runner: (decode_sizes, None))
     grown = []
     monkeypatch.setattr("sglang_specgate.deferred_draft_kv.take_rows", lambda backend, rows: grown.append(rows))
+    monkeypatch.setattr("sglang_specgate.deferred_draft_kv.most_write_rows", lambda backend: most)
     shared_logits = GraphSharedOutput(device="cpu", max_rows=largest * draft_width)
     draft_runner = SimpleNamespace(graph_shared_output=shared_logits)
     with capture_write_sizes(draft_width, draft_backend=None):
         write_sizes, _ = draft_extend_graphs.get_batch_sizes_to_capture(draft_runner)
-        assert draft_runner.graph_shared_output.max_rows == max(added[-1], largest * draft_width)
-    assert write_sizes == decode_sizes + added and grown == [added[-1]]
+        assert draft_runner.graph_shared_output.max_rows == max([*added, largest * draft_width])
+    assert write_sizes == decode_sizes + added and grown == added[-1:]
     assert draft_runner.graph_shared_output is shared_logits
 
 

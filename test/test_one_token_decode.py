@@ -27,6 +27,7 @@ from sglang_specgate.one_token_decode import (
     DECODE_PATHS,
     as_decode_batch,
     is_one_token_spec_forward,
+    most_write_rows,
     read_one_entry,
     take_rows,
     use_decode_kernels,
@@ -187,8 +188,9 @@ class FlashAttentionBackend:
     its metadata and forward methods recording what they are given. test_upstream_contracts.py
     checks the real class has them."""
 
-    def __init__(self, topk=1, fa_impl_ver=3, **attention):
+    def __init__(self, topk=1, fa_impl_ver=3, context_len=8192, **attention):
         self.topk, self.fa_impl_ver, self.num_splits, self.attn_cp_size = topk, fa_impl_ver, 0, 1
+        self.max_num_pages = context_len  # one token a page
         for name in ("use_mla", "has_local_attention", "has_swa", "is_prefill_aware_swa", "is_encoder_decoder",
                      "use_sliding_window_kv_pool"):
             setattr(self, name, attention.get(name, False))
@@ -262,3 +264,15 @@ def test_fa3_draft_extend_reads_one_split_and_grows_nothing(monkeypatch):
     before = dict(vars(backend))
     take_rows(backend, 1024)  # its graph runner sizes its buffers at the write sizes
     assert vars(backend) == before
+
+
+@pytest.mark.parametrize("context_len, rows", [(8192, 2048), (32768, 512), (131072, 128)])
+def test_fa3_write_rows_are_capped_by_their_page_tables(context_len, rows, monkeypatch):
+    """Four int32 page tables a row, each an entry per token of context: 256 MiB in all at most."""
+    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+    backend = FlashAttentionBackend(context_len=context_len)
+    use_decode_kernels(backend)
+    assert most_write_rows(backend) == rows
+    triton = bare_triton_backend()
+    use_decode_kernels(triton)
+    assert most_write_rows(triton) is None

@@ -120,7 +120,7 @@ def test_fa3_has_what_its_decode_path_for_the_off_state_uses():
     assert set(FA3_ONE_TOKEN_DECODE_CLASS.attributes) | {"forward_decode"} <= set(methods)
     init_sets = {n.attr for n in ast.walk(methods["__init__"])
                  if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.value.id == "self"}
-    assert {"num_splits", "fa_impl_ver", "topk", "use_mla", "has_local_attention", "has_swa", "is_prefill_aware_swa",
+    assert {"num_splits", "max_num_pages", "fa_impl_ver", "topk", "use_mla", "has_local_attention", "has_swa", "is_prefill_aware_swa",
             "is_encoder_decoder", "use_sliding_window_kv_pool", "attn_cp_size"} <= init_sets
     decode_splits = [k.value for n in ast.walk(methods["forward_decode"]) if isinstance(n, ast.Call)
                      for k in n.keywords if k.arg == "num_splits"]

@@ -56,7 +56,7 @@ from sglang.srt.utils import require_mlp_sync
 from sglang.srt.utils.nvtx_utils import profile_method
 
 from sglang_specgate.chunked_prefill_tail import tail_tokens
-from sglang_specgate.one_token_decode import take_rows
+from sglang_specgate.one_token_decode import most_write_rows, take_rows
 from sglang_specgate.runtime_patches import (DRAFT_EXTEND_CAPTURE_SIZES, DRAFT_LOGITS_BUFFER, WAR_READ_DONE_EVENT,
                                              assign, shadowed)
 
@@ -108,7 +108,8 @@ def why_not_deferred(server_args, draft_worker, draft_reads_one_entry: bool) -> 
 def capture_write_sizes(steps_per_write: int, draft_backend):
     """While the off state's one-token draft-extend graph is captured: also capture multiples
     of its largest batch, up to ``steps_per_write`` times it, so one replay writes that many
-    full decode steps, then doubled sizes up to MIN_WRITE_ROWS if that is more; ``draft_backend``,
+    full decode steps, then doubled sizes up to MIN_WRITE_ROWS if that is more, none above what
+    the backend's memory for them allows (one_token_decode.most_write_rows); ``draft_backend``,
     that graph's attention, is given room for the rows. A write between captured sizes replays
     the next one up, its padding rows sent to SGLang's padding slot.
 
@@ -131,12 +132,14 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
         def sizes_for_writes(model_runner, *args, **kwargs):
             capture_bs, compile_bs = sizes_for_decode(model_runner, *args, **kwargs)
             largest = max(capture_bs)
-            sizes = write_sizes(largest, steps_per_write)
+            most = most_write_rows(draft_backend)
+            sizes = write_sizes(largest, steps_per_write, most)
+            capped = "" if most is None else f"; at most {most} rows, by the attention backend's memory for them"
             if sizes:
                 take_rows(draft_backend, sizes[-1])
-                logger.info("spec gate: the off state's draft KV writes also take %s rows (up to %d "
-                            "decode steps of %d, or a prompt's rows)", sizes, steps_per_write, largest)
                 hold_logits_rows(model_runner, sizes[-1], capture)
+            logger.info("spec gate: the off state's draft KV writes also take %s rows (up to %d decode steps "
+                        "of %d, or a prompt's rows%s)", sizes, steps_per_write, largest, capped)
             return sorted({*capture_bs, *sizes}), compile_bs
 
         capture.enter_context(shadowed(DRAFT_EXTEND_CAPTURE_SIZES, draft_extend_graphs,
@@ -144,15 +147,15 @@ def capture_write_sizes(steps_per_write: int, draft_backend):
         yield
 
 
-def write_sizes(largest: int, steps_per_write: int) -> list[int]:
+def write_sizes(largest: int, steps_per_write: int, most_rows: int | None = None) -> list[int]:
     """The batch sizes the write graph takes beyond the decode batch sizes (capture_write_sizes),
-    the largest of which is ``largest``."""
+    the largest of which is ``largest``, none above ``most_rows`` where given."""
     sizes = [largest * k for k in range(2, steps_per_write + 1)]
     rows = sizes[-1] if sizes else largest
     while rows < MIN_WRITE_ROWS:
         rows = min(2 * rows, MIN_WRITE_ROWS)
         sizes.append(rows)
-    return sizes
+    return [size for size in sizes if most_rows is None or size <= most_rows]
 
 
 def hold_logits_rows(model_runner, rows: int, capture: contextlib.ExitStack) -> None:

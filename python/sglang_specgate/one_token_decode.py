@@ -116,6 +116,18 @@ def _sizes_its_buffers_at_capture(backend, rows: int) -> None:
     the write sizes (deferred_draft_kv.capture_write_sizes): nothing to grow."""
 
 
+# FA3's draft-extend backend holds four page tables (decode, draft decode, target verify, draft
+# extend), each an int32 entry per page of context for every row its graphs take
+# (flashattention_backend.py:2061-2260); the converted path reads one. The deferred writes'
+# rows may make them this large at most, which caps the rows by context length.
+FA3_PAGE_TABLES = 4
+FA3_WRITE_TABLES_BYTES = 256 << 20
+
+
+def _fa3_most_write_rows(backend) -> int:
+    return FA3_WRITE_TABLES_BYTES // (FA3_PAGE_TABLES * 4 * backend.max_num_pages)
+
+
 def _fa3_unsupported(backend) -> str | None:
     if not fa3_off_path_enabled():
         return (f"FA3's decode path for them has not run on a GPU yet; {FA3_OFF_PATH_ENV}=1 turns it on, "
@@ -151,6 +163,8 @@ class DecodePathSupport:
     unsupported: Callable[[Any], str | None] = lambda backend: None
     # Whether this decode path has served the off state on a GPU (else a warning when used).
     ran_on_a_gpu: bool = True
+    # The most rows the deferred writes may take on this backend (its memory for them), or None.
+    most_write_rows: Callable[[Any], int | None] = lambda backend: None
 
 
 # Backends, by class name, with a decode path for the off state. Triton's and FlashInfer's
@@ -163,7 +177,8 @@ DECODE_PATHS = {
     "TritonAttnBackend": DecodePathSupport(_triton_reads_one_entry, _triton_take_rows),
     "FlashInferAttnBackend": DecodePathSupport(_plans_from_host_lengths, _flashinfer_take_rows),
     "FlashAttentionBackend": DecodePathSupport(_fa3_reads_one_entry, _sizes_its_buffers_at_capture,
-                                               _swap_fa3, _fa3_unsupported, ran_on_a_gpu=False),
+                                               _swap_fa3, _fa3_unsupported, ran_on_a_gpu=False,
+                                               most_write_rows=_fa3_most_write_rows),
 }
 
 
@@ -178,6 +193,12 @@ def take_rows(backend, rows: int) -> None:
     pool when each row is a (request, decode step) pair (deferred_draft_kv.py). Only for a
     backend built for the off state's draft extend alone, before its graph is captured."""
     type(backend).decode_path_support.take_rows(backend, rows)
+
+
+def most_write_rows(backend) -> int | None:
+    """The most rows a converted backend's one-token forwards may take for the deferred writes,
+    or None: no limit beyond the write sizes' own."""
+    return type(backend).decode_path_support.most_write_rows(backend)
 
 
 def is_one_token_spec_forward(forward_batch: ForwardBatch) -> bool:
