@@ -7,7 +7,9 @@ building the extra states measured (``states_built``), and ``doctor`` prints it.
 A tree (topk K, D draft tokens) widens the speculative state's verify and draft extend to D tokens
 a request and its draft decode to K, and its reservation to 2·max(S·K, D); the off state stays one
 token a request, but its draft KV write graph is captured up to D decode batches
-(deferred_draft_kv.write_sizes). Bytes and seconds are the GPU's to measure.
+(deferred_draft_kv.write_sizes). Bytes and seconds are the GPU's to measure, and so is where an
+attention backend's memory caps the write rows (one_token_decode.most_write_rows, FA3's by the
+model's context length): the off state's ``deferred_draft_kv.write_rows`` shows what was captured.
 """
 
 from __future__ import annotations
