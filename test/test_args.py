@@ -235,6 +235,8 @@ def test_resolved_args_resolve_again_without_a_warning(eagle_argv, capsys):
      "with --speculative-draft-attention-backend fa3 they run"),
     (["--prefill-attention-backend", "flashinfer", "--decode-attention-backend", "triton"],
      "--prefill-attention-backend flashinfer and --decode-attention-backend triton (hybrid)"),
+    (["--prefill-attention-backend", "fa3", "--decode-attention-backend", "triton"],
+     "--prefill-attention-backend fa3 and --decode-attention-backend triton (hybrid)"),
 ])
 def test_warns_when_the_off_path_would_be_upstreams(attention, named, eagle_argv, capsys):
     parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"] + attention)
@@ -244,8 +246,9 @@ def test_warns_when_the_off_path_would_be_upstreams(attention, named, eagle_argv
         return
     assert named in err
     assert "Start with --attention-backend triton or flashinfer for the fast off path" in err
-    # FA3's own decode path is offered where FA3 is named, behind its switch.
-    assert (f"set {FA3_OFF_PATH_ENV}=1 for FA3's decode path (not yet run on a GPU)" in err) == ("fa3" in named)
+    # FA3's own decode path is offered where its switch would serve every setting: not a hybrid.
+    offered = "fa3" in named and "hybrid" not in named
+    assert (f"set {FA3_OFF_PATH_ENV}=1 for FA3's decode path (not yet run on a GPU)" in err) == offered
 
 
 @pytest.mark.parametrize("drafting, fast", [(["--speculative-eagle-topk", "1"], True),

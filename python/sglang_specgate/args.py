@@ -459,20 +459,24 @@ def slower_off_path(args) -> Optional[str]:
     slow = slow_off_path_backends(args)
     if not slow:
         return None
+    # Offered only where the switch alone would make every setting fast (not a hybrid, not a tree).
+    fa3_would_serve = ((args.speculative_eagle_topk or 1) <= 1 and not fa3_off_path_enabled()
+                       and not slow_off_path_backends(args, FAST_OFF_PATH_ATTENTION_BACKENDS + (FA3,)))
     fa3 = (f", or with FA3 and chain drafting set {FA3_OFF_PATH_ENV}=1 for FA3's decode path (not yet run on "
-           "a GPU)") if any(FA3 in setting for setting in slow) and not fa3_off_path_enabled() else ""
+           "a GPU)") if fa3_would_serve else ""
     return (f"speculation-off steps are fast on {' or '.join(FAST_OFF_PATH_ATTENTION_BACKENDS)} attention "
             f"only; with {'; '.join(slow)} they run upstream's steps-0 kernels (on Triton those ran at 0.29x "
             "a plain server at 64 requests, on FA3 at 0.94-0.98x from 16 to 128). Start with "
             f"{FAST_OFF_PATH_FIX} for the fast off path{fa3}.")
 
 
-def slow_off_path_backends(args) -> list[str]:
+def slow_off_path_backends(args, fast: Optional[tuple[str, ...]] = None) -> list[str]:
     """The attention settings (resolved args; SGLang picks FA3 by default on Hopper) that would
-    build the off state's target-verify or draft-extend backend outside the fast off path."""
+    build the off state's target-verify or draft-extend backend outside the fast off path
+    (``fast``: its --attention-backend values, by default those of this server's drafting)."""
     from sglang_specgate.sglang_versions import installed
 
-    fast = fast_off_path_attention_backends(args.speculative_eagle_topk or 1)
+    fast = fast or fast_off_path_attention_backends(args.speculative_eagle_topk or 1)
     prefill, decode = installed().attention_backends(args)
     if prefill != decode:  # SGLang composes a HybridAttnBackend of the two
         target = [f"--prefill-attention-backend {prefill} and --decode-attention-backend {decode} (hybrid)"]
