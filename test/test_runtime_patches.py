@@ -265,9 +265,10 @@ def test_the_one_token_decode_entries_list_what_its_subclass_overrides_on_each_b
 def test_a_switched_change_is_checked_only_while_on(monkeypatch):
     """FA3's entries are checked at start-up only where SGLANG_SPEC_GATE_FA3_OFF_PATH=1: their
     owner's module needs a GPU to import, which a server on another backend may not have."""
-    from sglang_specgate.runtime_patches import FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS, patches_for
+    from sglang_specgate.runtime_patches import (FA3_DRAFT_EXTEND_GRAPH, FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS,
+                                                 patches_for)
 
-    fa3 = {FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS}
+    fa3 = {FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS, FA3_DRAFT_EXTEND_GRAPH}
     monkeypatch.delenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", raising=False)
     assert fa3.isdisjoint(patches_for("0.5.17"))
     monkeypatch.setenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", "1")

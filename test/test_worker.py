@@ -166,6 +166,7 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
             seen_splits.append(self.draft_extend_attn_backend.max_kv_splits)
             seen_sizes.append(draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)[0])
             seen_logits_rows.append(pool_of_16.graph_shared_output.max_rows)
+            self.cuda_graph_runner_for_draft_extend = "upstream's"  # Triton is on its list
 
     worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
     worker.fast_off_path_blocker = None  # the fast off path's contract, checked on every release
@@ -196,6 +197,61 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
     # the stand-ins' own methods are back
     assert "_capture_cuda_graphs" not in vars(worker._draft_worker)
     assert "_get_attention_backend" not in vars(worker._target_worker.model_runner)
+
+
+@pytest.mark.fast_off_path
+@pytest.mark.parametrize("upstream_graphed, graphs_disabled, env_disabled, built", [
+    (False, False, False, True),  # FA3: not on upstream's list of draft-extend graph backends
+    (True, False, False, False),  # Triton, FlashInfer: upstream's own runner stays
+    (False, True, False, False),  # --disable-cuda-graph
+    (False, False, True, False),  # SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH
+])
+def test_the_plain_state_graphs_a_converted_draft_extend_upstream_leaves_eager(
+        monkeypatch, published_gate_args, upstream_graphed, graphs_disabled, env_disabled, built):
+    """Where upstream's capture leaves the draft extend eager (FA3), the converted one-token draft
+    extend is a decode, and gets upstream's own runner, built under the capture upstream's would
+    have had: one token wide, up to the deferred writes' rows. The runner needs a GPU: a stand-in
+    records what it was built under."""
+    from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as draft_extend_graphs
+    from test_kv_only_draft import draft as kv_trimmable_draft
+
+    server_args = published_gate_args
+    if graphs_disabled:
+        server_args.override("test", disable_cuda_graph=True)  # published_gate_args resolves anew for each test
+    if env_disabled:
+        monkeypatch.setenv("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH", "1")
+    pool_of_16 = SimpleNamespace(server_args=server_args, req_to_token_pool=SimpleNamespace(size=16),
+                                 graph_shared_output=GraphSharedOutput(device="cpu", max_rows=64))
+    built_under = []
+
+    class DraftExtendRunner:
+        def __init__(self, draft_worker):
+            built_under.append((draft_worker, server_args.speculative_num_draft_tokens,
+                                max(draft_extend_graphs.get_batch_sizes_to_capture(pool_of_16)[0])))
+
+    monkeypatch.setattr(worker_module, "EAGLEDraftExtendCudaGraphRunner", DraftExtendRunner)
+
+    class DraftWorker:
+        draft_runner = type("DraftRunner", (), {"server_args": server_args, "model": kv_trimmable_draft(),
+                                                "token_to_kv_pool": None})()
+        draft_extend_attn_backend = type("TritonAttnBackend", (), {})()  # stands in for a converted backend
+        draft_extend_attn_backend.kv_indptr = torch.zeros(17, dtype=torch.int32)
+
+        def _capture_cuda_graphs(self):
+            self.cuda_graph_runner_for_draft_extend = "upstream's" if upstream_graphed else None
+
+    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
+    worker.fast_off_path_blocker = None
+    worker._draft_worker = draft_worker = DraftWorker()
+    worker._target_worker = type("TargetWorker", (), {"model_runner": TargetRunner()})()
+    with worker._one_token_backends_use_decode_kernels():
+        draft_worker._capture_cuda_graphs()
+
+    runner = draft_worker.cuda_graph_runner_for_draft_extend
+    if built:
+        assert built_under == [(draft_worker, 1, 1024)] and isinstance(runner, DraftExtendRunner)
+    else:
+        assert built_under == [] and runner == ("upstream's" if upstream_graphed else None)
 
 
 @pytest.mark.fast_off_path

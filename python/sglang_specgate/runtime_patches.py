@@ -398,6 +398,27 @@ FA3_ONE_SPLIT = RuntimePatch(
     verified_on=CPU_0_5_17,
     switched_on=_fa3_off_path_enabled,
 )
+FA3_DRAFT_EXTEND_GRAPH = RuntimePatch(
+    owners=(_DRAFT_WORKER,),
+    attributes=("cuda_graph_runner_for_draft_extend",),
+    check=SET_IN_A_METHOD,
+    by="sglang_specgate.worker",
+    why="Upstream captures the draft-extend graph only on the backends it lists, FA3 not among them, "
+    "so on FA3 every plain step would launch the draft extend eagerly and no buffered write could "
+    "replay; converted to FA3's decode path, the off state's draft extend is a decode, which FA3 "
+    "captures.",
+    how="In the steps-0 capture, after upstream's, where upstream left no draft-extend graph although "
+    "decode steps are graphed and SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH is unset: upstream's own "
+    "EAGLEDraftExtendCudaGraphRunner is built for the draft worker, under the same one-token width, "
+    "KV-only forward and write sizes, and the state takes it as upstream's would.",
+    upstream="srt/speculative/eagle_worker_v2.py:407-447 (graph_supported_backend_types, TODO for more "
+    "backends), :1364 (the state takes the draft worker's runner); "
+    "eagle_draft_extend_cuda_graph_runner.py:81-180 (the runner needs only the worker).",
+    removal="When upstream lists FlashAttentionBackend for draft-extend graphs, or with "
+    "FA3_ONE_TOKEN_DECODE_CLASS.",
+    verified_on=CPU_0_5_17,
+    switched_on=_fa3_off_path_enabled,
+)
 FLASHINFER_ROWS = RuntimePatch(
     owners=(f"{_FLASHINFER}.FlashInferAttnBackend", f"{_FLASHINFER}.FlashInferIndicesUpdaterDecode",
             f"{_FLASHINFER}.FlashInferIndicesUpdaterPrefill"),
@@ -474,6 +495,7 @@ RUNTIME_PATCHES: tuple[RuntimePatch, ...] = (
     FLASHINFER_ROWS,
     FA3_ONE_TOKEN_DECODE_CLASS,
     FA3_ONE_SPLIT,
+    FA3_DRAFT_EXTEND_GRAPH,
     GATE_METRICS_SLOT,
     INTERNAL_STATE,
     OVERRIDE_LOG,

@@ -41,6 +41,7 @@ from sglang.srt.layers.moe.utils import speculative_moe_a2a_backend_context, spe
 from sglang.srt.managers.overlap_utils import decide_needs_cpu_seq_lens
 from sglang.srt.runtime_context import get_context
 from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
+from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
@@ -56,9 +57,9 @@ from sglang_specgate.kv_only_draft import kv_only_draft_forward
 from sglang_specgate.one_token_decode import read_one_entry, use_decode_kernels
 from sglang_specgate.plain_step_constants import PlainStepConstants
 from sglang_specgate.policy import SpecGatePolicy
-from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, ONE_NODE_VERIFY_TOPK,
-                                             SHARED_TARGET_WORKSPACE, TARGET_BACKEND_FACTORY, assign, shadowed,
-                                             unresolved_names)
+from sglang_specgate.runtime_patches import (DRAFT_EXTEND_ROUTING, DRAFT_GRAPH_CAPTURE, FA3_DRAFT_EXTEND_GRAPH,
+                                             ONE_NODE_VERIFY_TOPK, SHARED_TARGET_WORKSPACE, TARGET_BACKEND_FACTORY,
+                                             assign, shadowed, unresolved_names)
 from sglang_specgate.sglang_versions import FAST_OFF_PATH_RELEASES, installed, installed_release
 from sglang_specgate.state_switch import drop_superseded_restores, mute_upstream_switch_line
 
@@ -133,6 +134,13 @@ def draft_extend_graph_width(server_args, width: int):
         yield
     finally:
         server_args.override(GRAPH_WIDTH_OVERRIDE, speculative_num_draft_tokens=static)
+
+
+def draft_extend_left_ungraphed(draft_worker, server_args) -> bool:
+    """Whether upstream's capture left the draft extend eager where decode steps are graphed and
+    SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH does not ask for that (eagle_worker_v2.py:407-447)."""
+    return (draft_worker.cuda_graph_runner_for_draft_extend is None and bool(decode_graph_sizes(server_args))
+            and not envs.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH.get())
 
 
 def fast_off_path_blocker() -> str | None:
@@ -429,6 +437,11 @@ class GatedEAGLEWorkerV2(EAGLEWorkerV2):
                 contextlib.nullcontext() if self.deferral_blocker else capture_write_sizes(width, draft_backend),
             ):
                 capture_draft_graphs()
+                if draft_converted and draft_extend_left_ungraphed(draft_worker, server_args):
+                    # Upstream graphs the draft extend only on the backends it lists, FA3 not among
+                    # them; converted, it runs decode kernels, which FA3 graphs.
+                    assign(FA3_DRAFT_EXTEND_GRAPH, draft_worker,
+                           cuda_graph_runner_for_draft_extend=EAGLEDraftExtendCudaGraphRunner(draft_worker))
             self.off_draft_extend = computed
 
         # Instance attributes shadow the methods for this build only.
