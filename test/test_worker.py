@@ -46,6 +46,7 @@ def test_gate_refuses_a_worker_it_cannot_drive():
 @dataclass
 class StandInState:
     speculative_num_steps: int
+    cuda_graph_runner_for_draft_extend: object = None
 
 
 class StandInWorker:
@@ -79,14 +80,17 @@ def controller(threshold=8, dwell=0):
     worker = StandInWorker(steps=3)
     policy = SpecGatePolicy(GateConfig(threshold, threshold, dwell))
     ctrl = GateController(worker, ThresholdGateParams(policy, worker.speculative_num_steps))
-    ctrl.register(StandInState(3))  # as EAGLEWorkerV2.init_cuda_graphs registers the running state
+    # as EAGLEWorkerV2.init_cuda_graphs registers the running state, its draft extend graphed
+    ctrl.register(StandInState(3, cuda_graph_runner_for_draft_extend="upstream's"))
     ctrl.init_states(cuda_graph_bs=[1, 2, 4, 8, 16])
     return worker, ctrl, policy
 
 
 def test_init_builds_only_the_plain_state_for_every_graph_size():
-    worker, _, _ = controller()
+    worker, ctrl, _ = controller()
     assert worker.built == [(0, 1, None)]  # None: capture all decode graph sizes
+    assert ctrl.states_built["states"] == [0, 3]
+    assert ctrl.states_built["draft_extend_eager"] == [0]  # the stand-in built it without a graph
     assert worker.speculative_num_steps == 3  # starts speculating
 
 

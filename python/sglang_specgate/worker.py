@@ -110,10 +110,15 @@ class GateController(AdaptiveController):
         started, free = time.perf_counter(), _free_gpu_bytes()
         super().init_states(cuda_graph_bs)
         # Reported, never decided on: ranks' clocks and memory differ.
+        # Upstream graphs the draft extend only on the attention backends it lists (FA3 not among
+        # them): the states it left eager launch it every step, which graph_plan cannot know.
+        eager = sorted(k for k, state in self._states.items() if state.cuda_graph_runner_for_draft_extend is None)
         self.states_built = {"states": sorted(self._states), "seconds": time.perf_counter() - started,
-                             "gpu_bytes": None if free is None else free - _free_gpu_bytes()}
-        logger.info("spec gate: built the states for draft steps %s in %.1f s (%s GPU bytes)",
-                    self.states_built["states"], self.states_built["seconds"], self.states_built["gpu_bytes"])
+                             "gpu_bytes": None if free is None else free - _free_gpu_bytes(),
+                             "draft_extend_eager": eager}
+        logger.info("spec gate: built the states for draft steps %s in %.1f s (%s GPU bytes)%s",
+                    self.states_built["states"], self.states_built["seconds"], self.states_built["gpu_bytes"],
+                    f"; the draft extend has no CUDA graph in {eager}" if eager else "")
         self.params.states_built(self._states)
 
 
