@@ -37,6 +37,10 @@ SIGNATURES = [
     ("deferred_draft_kv: replays the one-token draft-extend graph with buffered rows",
      "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner.EAGLEDraftExtendCudaGraphRunner.execute",
      {"0.5.17": ["self", "forward_batch"], "0.5.23": ["self", "forward_batch", "select_index"]}),
+    ("worker: builds the one-token draft-extend graph runner where upstream builds none (FA3)",
+     "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner.EAGLEDraftExtendCudaGraphRunner.__init__",
+     {v: ["self", "eagle_worker", "draft_extend_attn_backend", "speculative_num_steps"]
+      for v in SUPPORTED_SGLANG_VERSIONS}),
     ("deferred_draft_kv: asks whether the draft extend syncs across ranks",
      "sglang.srt.utils.require_mlp_sync",
      {"0.5.17": ["server_args"], "0.5.23": []}),
