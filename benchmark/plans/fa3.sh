@@ -29,9 +29,15 @@
 # FA3_CONFIGS=upstream-gate,spec FA3_LEVELS=16,64 (results/2026-12-07-fa3-spec-upstream-gate-8b-2.2-h100).
 # Item 3, FA3's own decode path for the off state (one_token_decode.py, behind
 # SGLANG_SPEC_GATE_FA3_OFF_PATH until a GPU has run it): FA3_OFF_PATH=1 sets the variable for
-# every server and test, and the sweep writes to fa3-ab-fast-path. Next, on any card (about 16 minutes):
-#   FA3_OFF_PATH=1 FA3_CONFIGS=gate,plain FA3_REPEATS=2 \
+# every server and test, and the sweep writes to fa3-ab-fast-path. Ran (b4e258b, H100) with
+# FA3_CONFIGS=gate,plain FA3_REPEATS=2 and four tests (results/2026-12-07-fa3-fast-path-eager-draft-extend-8b-2.2-h100):
+# the off state's draft extend had no graph on FA3 (upstream lists none), fixed in 35cbb83. Next,
+# on any card, the A/B with the off path's traced step and the four tests (about 20 minutes):
+#   FA3_OFF_PATH=1 FA3_CONFIGS=gate,plain FA3_REPEATS=2 FA3_PROFILE_LEVEL=64 \
 #     FA3_TESTS=greedy_outputs_identical,reenable_is_warm,gate_switched,prompts_prefilled \
+#     bash benchmark/gpu_job.sh start benchmark/plans/fa3.sh 290
+# then upstream's steps-0 off path traced beside plain (about 6 minutes):
+#   FA3_PARTS=sweep FA3_CONFIGS=upstream-gate,plain FA3_LEVELS=64 FA3_REPEATS=1 FA3_PROFILE_LEVEL=64 \
 #     bash benchmark/gpu_job.sh start benchmark/plans/fa3.sh 290
 export SGLANG_SPEC_GATE_FA3_OFF_PATH=${FA3_OFF_PATH:-0}
 run=fa3-ab${FA3_OFF_PATH:+-fast-path}
