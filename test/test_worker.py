@@ -86,11 +86,13 @@ def controller(threshold=8, dwell=0):
     return worker, ctrl, policy
 
 
-def test_init_builds_only_the_plain_state_for_every_graph_size():
-    worker, ctrl, _ = controller()
+def test_init_builds_only_the_plain_state_for_every_graph_size(caplog):
+    with caplog.at_level(logging.WARNING, logger="sglang_specgate.worker"):
+        worker, ctrl, _ = controller()
     assert worker.built == [(0, 1, None)]  # None: capture all decode graph sizes
     assert ctrl.states_built["states"] == [0, 3]
     assert ctrl.states_built["draft_extend_eager"] == [0]  # the stand-in built it without a graph
+    assert "the draft extend of draft steps [0] has no CUDA graph" in caplog.text
     assert worker.speculative_num_steps == 3  # starts speculating
 
 

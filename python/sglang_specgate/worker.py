@@ -116,9 +116,12 @@ class GateController(AdaptiveController):
         self.states_built = {"states": sorted(self._states), "seconds": time.perf_counter() - started,
                              "gpu_bytes": None if free is None else free - _free_gpu_bytes(),
                              "draft_extend_eager": eager}
-        logger.info("spec gate: built the states for draft steps %s in %.1f s (%s GPU bytes)%s",
-                    self.states_built["states"], self.states_built["seconds"], self.states_built["gpu_bytes"],
-                    f"; the draft extend has no CUDA graph in {eager}" if eager else "")
+        logger.info("spec gate: built the states for draft steps %s in %.1f s (%s GPU bytes)",
+                    self.states_built["states"], self.states_built["seconds"], self.states_built["gpu_bytes"])
+        if eager:
+            logger.warning("spec gate: the draft extend of draft steps %s has no CUDA graph on this attention "
+                           "backend: those steps launch it eagerly, and auto's step cost table, which replays "
+                           "graphs, leaves it out until live step times correct it", eager)
         self.params.states_built(self._states)
 
 
