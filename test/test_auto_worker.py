@@ -6,6 +6,7 @@ state's graphs need a GPU to capture); test/gpu runs the real one."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -134,6 +135,22 @@ def test_every_candidates_state_is_built_and_measured_before_the_first_step():
     assert params.calibration_s is not None
     assert ctrl.states_built["states"] == [0, 1, 2, 3] and ctrl.states_built["gpu_bytes"] is None  # no GPU
     assert worker.speculative_num_steps == 3  # starts on the server's draft steps
+
+
+def test_a_state_whose_draft_extend_has_no_graph_is_warned_about_for_the_table(caplog):
+    """On FA3 upstream graphs no draft extend, and the table, timed from graph replays, leaves
+    the eager launches out: start-up says so."""
+    worker = StandInWorker()
+    params = AutoGateParams(AutoGateConfig((0, 1, 2, 3)), lambda text: text, time_replays=graph_cost, clock=Clock())
+    ctrl = GateController(worker, params)
+    running = stand_in_state(3)
+    running.cuda_graph_runner_for_draft_extend = None
+    ctrl.register(running)
+    with caplog.at_level(logging.WARNING, logger="sglang_specgate.worker"):
+        ctrl.init_states(cuda_graph_bs=None)
+    assert ctrl.states_built["draft_extend_eager"] == [3]
+    assert "draft steps [3] has no CUDA graph" in caplog.text and "auto's step cost table" in caplog.text
+    assert params.policy.costs.cost(3, 64) == 336.0 - 64  # without its draft extend's 64
 
 
 def test_the_draft_steps_follow_acceptance_at_one_batch_size():

@@ -87,7 +87,7 @@ def controller(threshold=8, dwell=0):
 
 
 def test_init_builds_only_the_plain_state_for_every_graph_size(caplog):
-    with caplog.at_level(logging.WARNING, logger="sglang_specgate.worker"):
+    with caplog.at_level(logging.INFO, logger="sglang_specgate.worker"):
         worker, ctrl, _ = controller()
     assert worker.built == [(0, 1, None)]  # None: capture all decode graph sizes
     assert ctrl.states_built["states"] == [0, 3]

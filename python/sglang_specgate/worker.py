@@ -118,10 +118,13 @@ class GateController(AdaptiveController):
                              "draft_extend_eager": eager}
         logger.info("spec gate: built the states for draft steps %s in %.1f s (%s GPU bytes)",
                     self.states_built["states"], self.states_built["seconds"], self.states_built["gpu_bytes"])
-        if eager:
-            logger.warning("spec gate: the draft extend of draft steps %s has no CUDA graph on this attention "
-                           "backend: those steps launch it eagerly, and auto's step cost table, which replays "
-                           "graphs, leaves it out until live step times correct it", eager)
+        if eager:  # a warning where auto decides on graph replays, which leave those launches out
+            auto = isinstance(self.params, AutoGateParams)
+            (logger.warning if auto else logger.info)(
+                "spec gate: the draft extend of draft steps %s has no CUDA graph on this attention backend: "
+                "those steps launch it eagerly%s", eager,
+                "; auto's step cost table, which replays graphs, leaves that out until live step times correct it"
+                if auto else "")
         self.params.states_built(self._states)
 
 
