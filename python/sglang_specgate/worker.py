@@ -150,7 +150,8 @@ def draft_extend_graph_width(server_args, width: int):
 def draft_extend_left_ungraphed(draft_worker, server_args) -> bool:
     """Whether upstream's capture left the draft extend eager where decode steps are graphed and
     SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH does not ask for that (eagle_worker_v2.py:407-447)."""
-    return (draft_worker.cuda_graph_runner_for_draft_extend is None and bool(decode_graph_sizes(server_args))
+    return (draft_worker.cuda_graph_runner_for_draft_extend is None
+            and bool(decode_graph_sizes(installed().resolved(server_args)))
             and not envs.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH.get())
 
 
