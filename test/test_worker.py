@@ -76,6 +76,16 @@ class TargetRunner:
         return type("TritonAttnBackend", (), {})()  # stands in for the verified backend
 
 
+def gated_worker(draft_worker, target_runner=None) -> GatedEAGLEWorkerV2:
+    """A gated worker on the fast off path (its contract is checked on every release) around
+    stand-ins for its draft worker and the target's ModelRunner: __init__ builds real models."""
+    worker = object.__new__(GatedEAGLEWorkerV2)
+    worker.fast_off_path_blocker = None
+    worker._draft_worker = draft_worker
+    worker._target_worker = SimpleNamespace(model_runner=target_runner or TargetRunner())
+    return worker
+
+
 def controller(threshold=8, dwell=0):
     worker = StandInWorker(steps=3)
     policy = SpecGatePolicy(GateConfig(threshold, threshold, dwell))
@@ -174,10 +184,7 @@ def test_the_plain_state_captures_its_draft_extend_graph_one_token_and_one_split
             seen_logits_rows.append(pool_of_16.graph_shared_output.max_rows)
             self.cuda_graph_runner_for_draft_extend = "upstream's"  # Triton is on its list
 
-    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
-    worker.fast_off_path_blocker = None  # the fast off path's contract, checked on every release
-    worker._draft_worker = DraftWorker()
-    worker._target_worker = type("TargetWorker", (), {"model_runner": TargetRunner()})()
+    worker = gated_worker(DraftWorker())
     with worker._one_token_backends_use_decode_kernels():
         target_backend = worker._target_worker.model_runner._get_attention_backend(init_new_workspace=True)
         worker._draft_worker._capture_cuda_graphs()
@@ -246,10 +253,7 @@ def test_the_plain_state_graphs_a_converted_draft_extend_upstream_leaves_eager(
         def _capture_cuda_graphs(self):
             self.cuda_graph_runner_for_draft_extend = "upstream's" if upstream_graphed else None
 
-    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
-    worker.fast_off_path_blocker = None
-    worker._draft_worker = draft_worker = DraftWorker()
-    worker._target_worker = type("TargetWorker", (), {"model_runner": TargetRunner()})()
+    worker = gated_worker(draft_worker := DraftWorker())
     with worker._one_token_backends_use_decode_kernels():
         draft_worker._capture_cuda_graphs()
 
@@ -279,10 +283,7 @@ def test_an_auto_candidates_state_captures_its_draft_extend_at_its_own_width(mon
         return ("state", steps, draft_tokens)
 
     monkeypatch.setattr(EAGLEWorkerV2, "build_adaptive_runtime_state", upstream_build)
-    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
-    worker.fast_off_path_blocker = None
-    worker._draft_worker = DraftWorker()
-    worker._target_worker = SimpleNamespace(model_runner=TargetRunner())
+    worker = gated_worker(DraftWorker())
     assert worker.build_adaptive_runtime_state(1, 2) == ("state", 1, 2)
     assert seen_widths == [2]
     assert server_args.speculative_num_draft_tokens == 4
@@ -414,11 +415,9 @@ def test_an_extra_states_target_backend_shares_the_servers_workspace(monkeypatch
         return SimpleNamespace(target_backend=backend, cuda_graph_runner_for_draft_extend=None)
 
     monkeypatch.setattr(EAGLEWorkerV2, "build_adaptive_runtime_state", upstream_build)
-    worker = object.__new__(GatedEAGLEWorkerV2)  # __init__ builds real models
-    worker.fast_off_path_blocker, worker.deferral_blocker, worker.deferred_draft_kv = None, None, None
-    worker._draft_worker = DraftWorker()
     runner = TargetRunner()
-    worker._target_worker = SimpleNamespace(model_runner=runner)
+    worker = gated_worker(DraftWorker(), runner)
+    worker.deferral_blocker, worker.deferred_draft_kv = None, None
     state = worker.build_adaptive_runtime_state(steps, steps + 1)
     assert runner.asked_new_workspace == [False]
     converted = "OneTokenDecodeTritonAttnBackend" if steps == worker_module.PLAIN_STEPS else "TritonAttnBackend"
