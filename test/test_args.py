@@ -229,35 +229,40 @@ def test_resolved_args_resolve_again_without_a_warning(eagle_argv, capsys):
         assert "no effect" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("attention, named", [
-    (["--attention-backend", "fa3"], "with --attention-backend fa3 they run"),  # Hopper's default
-    (["--attention-backend", "flashinfer", "--speculative-draft-attention-backend", "fa3"],
+@pytest.mark.parametrize("attention, fa3_switch, named", [
+    (["--attention-backend", "fa3"], "0", "with --attention-backend fa3 they run"),  # Hopper's default
+    (["--attention-backend", "flashinfer", "--speculative-draft-attention-backend", "fa3"], "0",
      "with --speculative-draft-attention-backend fa3 they run"),
-    (["--prefill-attention-backend", "flashinfer", "--decode-attention-backend", "triton"],
+    (["--prefill-attention-backend", "flashinfer", "--decode-attention-backend", "triton"], None,
      "--prefill-attention-backend flashinfer and --decode-attention-backend triton (hybrid)"),
-    (["--prefill-attention-backend", "fa3", "--decode-attention-backend", "triton"],
+    (["--prefill-attention-backend", "fa3", "--decode-attention-backend", "triton"], None,
      "--prefill-attention-backend fa3 and --decode-attention-backend triton (hybrid)"),
 ])
-def test_warns_when_the_off_path_would_be_upstreams(attention, named, eagle_argv, capsys):
+def test_warns_when_the_off_path_would_be_upstreams(attention, fa3_switch, named, eagle_argv, monkeypatch, capsys):
+    if fa3_switch is not None:
+        monkeypatch.setenv(FA3_OFF_PATH_ENV, fa3_switch)
     parse(eagle_argv + [FLAG, "16", "--max-running-requests", "64"] + attention)
     err = capsys.readouterr().err
     if not FAST_OFF_PATH_HERE:  # upstream's whatever the backend: the release is named instead
         assert UPSTREAM_OFF_STEPS in err and named not in err
         return
     assert named in err
+    fast = "triton or flashinfer" if fa3_switch == "0" else "triton, flashinfer or fa3"
+    assert f"speculation-off steps are fast on {fast} attention only" in err
     assert "Start with --attention-backend triton or flashinfer for the fast off path" in err
-    # FA3's own decode path is offered where its switch would serve every setting: not a hybrid.
-    offered = "fa3" in named and "hybrid" not in named
-    assert (f"set {FA3_OFF_PATH_ENV}=1 for FA3's decode path (not yet run on a GPU)" in err) == offered
+    # The switch is offered back where it alone would serve every setting: not a hybrid.
+    assert (f"unset {FA3_OFF_PATH_ENV} (now 0) for FA3's decode path" in err) == (fa3_switch == "0")
 
 
 @pytest.mark.parametrize("drafting, fast", [(["--speculative-eagle-topk", "1"], True),
                                             (["--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
                                               "--speculative-num-draft-tokens", "8", "--page-size", "1"], False)])
-def test_the_fa3_switch_makes_fa3_chains_fast(drafting, fast, eagle_argv, monkeypatch, capsys):
-    """With SGLANG_SPEC_GATE_FA3_OFF_PATH=1, FA3 counts as a fast-off-path backend for chains
-    (one_token_decode converts it); a tree on FA3 is still refused, naming the backend."""
-    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+@pytest.mark.parametrize("fa3_switch", [None, "1"])
+def test_fa3_chains_are_fast_unless_switched_off(drafting, fast, fa3_switch, eagle_argv, monkeypatch, capsys):
+    """FA3 counts as a fast-off-path backend for chains (one_token_decode converts it) unless
+    SGLANG_SPEC_GATE_FA3_OFF_PATH=0; a tree on FA3 is still refused, naming the backend."""
+    if fa3_switch is not None:
+        monkeypatch.setenv(FA3_OFF_PATH_ENV, fa3_switch)
     argv = eagle_argv + [FLAG, "16", "--max-running-requests", "64", "--attention-backend", "fa3"] + drafting
     if not FAST_OFF_PATH_HERE:
         pytest.skip("no fast off path on this SGLang release: every backend runs upstream's steps-0 state")
@@ -362,13 +367,13 @@ def test_bad_cli_input_exits_2_with_clear_message(name, extra, env, expected, ea
 # The gate's 1/0 environment switches: the args function reading each, and what its default does.
 SWITCHES = {HOST_SEQ_LENS_ENV: ("host_seq_lens_enabled", "1 (FlashInfer plain steps plan on the gate's host "
                                 "lengths, the default)"),
-            FA3_OFF_PATH_ENV: ("fa3_off_path_enabled", "0 (they run upstream's steps-0 kernels, the default)")}
+            FA3_OFF_PATH_ENV: ("fa3_off_path_enabled", "1 (FA3's off steps run its decode path, the default)")}
 
 
 @pytest.mark.parametrize("env, value, enabled", [
     (HOST_SEQ_LENS_ENV, None, True), (HOST_SEQ_LENS_ENV, "1", True), (HOST_SEQ_LENS_ENV, " TRUE ", True),
     (HOST_SEQ_LENS_ENV, "yes", True), (HOST_SEQ_LENS_ENV, "0", False), (HOST_SEQ_LENS_ENV, "off", False),
-    (FA3_OFF_PATH_ENV, None, False), (FA3_OFF_PATH_ENV, "", False), (FA3_OFF_PATH_ENV, "1", True),
+    (FA3_OFF_PATH_ENV, None, True), (FA3_OFF_PATH_ENV, "", True), (FA3_OFF_PATH_ENV, "1", True),
     (FA3_OFF_PATH_ENV, " on ", True), (FA3_OFF_PATH_ENV, "0", False)])
 def test_switches_read_1_or_0_and_their_default_when_unset(env, value, enabled, eagle_argv, monkeypatch):
     from sglang_specgate import args

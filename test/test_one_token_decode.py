@@ -33,6 +33,8 @@ from sglang_specgate.one_token_decode import (
     use_decode_kernels,
 )
 
+pytestmark = pytest.mark.usefixtures("clean_env")  # the switches at their defaults unless a test sets one
+
 
 def batch(mode: ForwardMode, seq_lens=(5, 9, 2)) -> ForwardBatch:
     lens = torch.tensor(seq_lens, dtype=torch.int64)
@@ -212,12 +214,12 @@ class FlashAttentionBackend:
         self.calls.append(("decode", forward_batch.forward_mode.name))
 
 
-def test_fa3_keeps_upstreams_kernels_unless_switched_on(monkeypatch, caplog):
-    monkeypatch.delenv(FA3_OFF_PATH_ENV, raising=False)
+def test_fa3_keeps_upstreams_kernels_where_switched_off(monkeypatch, caplog):
+    monkeypatch.setenv(FA3_OFF_PATH_ENV, "0")
     backend = FlashAttentionBackend()
     assert not use_decode_kernels(backend)
     assert type(backend) is FlashAttentionBackend
-    assert f"{FA3_OFF_PATH_ENV}=1 turns it on" in caplog.text
+    assert f"{FA3_OFF_PATH_ENV}=0 turned FA3's decode path for them off; unset it" in caplog.text
     assert "--attention-backend triton or flashinfer" in caplog.text
 
 
@@ -228,17 +230,18 @@ def test_fa3_keeps_upstreams_kernels_unless_switched_on(monkeypatch, caplog):
     (FlashAttentionBackend(use_mla=True), "not MLA"),
     (FlashAttentionBackend(is_prefill_aware_swa=True), "sliding-window attention"),
 ])
-def test_fa3_switched_on_still_leaves_what_its_decode_path_does_not_cover(backend, named, monkeypatch, caplog):
-    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+def test_fa3_still_leaves_what_its_decode_path_does_not_cover(backend, named, caplog):
     assert not use_decode_kernels(backend)
     assert type(backend) is FlashAttentionBackend and named in caplog.text
 
 
-def test_fa3_switched_on_runs_one_token_forwards_as_decode_steps(monkeypatch, caplog):
-    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+@pytest.mark.parametrize("switch", [None, "1"])
+def test_fa3_runs_one_token_forwards_as_decode_steps_by_default(switch, monkeypatch, caplog):
+    if switch is not None:
+        monkeypatch.setenv(FA3_OFF_PATH_ENV, switch)
     backend = FlashAttentionBackend()
     assert use_decode_kernels(backend)
-    assert "FlashAttentionBackend's decode path, which has not run on a GPU yet" in caplog.text
+    assert not caplog.text  # served on a GPU: nothing to warn of
     assert isinstance(backend, FlashAttentionBackend)
     assert type(backend).__name__ == "OneTokenDecodeFlashAttentionBackend"
     for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND_V2, ForwardMode.EXTEND):
@@ -255,8 +258,7 @@ def test_fa3_switched_on_runs_one_token_forwards_as_decode_steps(monkeypatch, ca
     ]
 
 
-def test_fa3_draft_extend_reads_one_split_and_grows_nothing(monkeypatch):
-    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
+def test_fa3_draft_extend_reads_one_split_and_grows_nothing():
     backend = FlashAttentionBackend()
     use_decode_kernels(backend)
     read_one_entry(backend)
@@ -267,9 +269,8 @@ def test_fa3_draft_extend_reads_one_split_and_grows_nothing(monkeypatch):
 
 
 @pytest.mark.parametrize("context_len, rows", [(8192, 2048), (32768, 512), (131072, 128)])
-def test_fa3_write_rows_are_capped_by_their_page_tables(context_len, rows, monkeypatch):
+def test_fa3_write_rows_are_capped_by_their_page_tables(context_len, rows):
     """Four int32 page tables a row, each an entry per token of context: 256 MiB in all at most."""
-    monkeypatch.setenv(FA3_OFF_PATH_ENV, "1")
     backend = FlashAttentionBackend(context_len=context_len)
     use_decode_kernels(backend)
     assert most_write_rows(backend) == rows

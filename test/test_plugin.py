@@ -367,8 +367,8 @@ def test_doctor_passes(eagle_argv):
             in result.stdout
     assert "[ok] host sequence lengths for plain steps (FlashInfer): on (SGLANG_SPEC_GATE_HOST_SEQ_LENS=<unset>)" \
         in result.stdout
-    assert "[ok] FA3's decode path for off steps (chains; not yet run on a GPU): off " \
-        "(SGLANG_SPEC_GATE_FA3_OFF_PATH=<unset>)" in result.stdout
+    assert "[ok] FA3's decode path for off steps (chains): on (SGLANG_SPEC_GATE_FA3_OFF_PATH=<unset>)" \
+        in result.stdout
 
 
 def test_doctor_describes_the_auto_gate(eagle_argv):
@@ -403,14 +403,20 @@ def test_doctor_reports_the_drafting_and_what_it_plans(drafting, block, reserved
         in result.stdout
 
 
-def test_doctor_warns_where_the_off_path_is_upstreams(eagle_argv):
+@pytest.mark.parametrize("fa3_switch", [None, "0"])
+def test_doctor_warns_where_the_off_path_is_upstreams(fa3_switch, eagle_argv):
     result = run_python(["-m", "sglang_specgate", "doctor", *eagle_argv, FLAG, "16",
-                         "--max-running-requests", "64", "--attention-backend", "fa3"])
+                         "--max-running-requests", "64", "--attention-backend", "fa3"],
+                        env={} if fa3_switch is None else {"SGLANG_SPEC_GATE_FA3_OFF_PATH": fa3_switch})
     assert result.returncode == 0, result.stdout + result.stderr  # slower, not broken
-    assert ("[warn] fast off path: speculation-off steps are fast on triton or flashinfer attention only; "
-            "with --attention-backend fa3 they run upstream's steps-0 kernels" if RELEASE in FAST_OFF_PATH_RELEASES
-            else f"[warn] fast off path: speculation-off steps run upstream's steps-0 state on SGLang {RELEASE}") \
-        in result.stdout
+    if RELEASE not in FAST_OFF_PATH_RELEASES:
+        expected = f"[warn] fast off path: speculation-off steps run upstream's steps-0 state on SGLang {RELEASE}"
+    elif fa3_switch is None:  # FA3's own decode path serves chains
+        expected = "[ok] fast off path: fa3 attention"
+    else:
+        expected = ("[warn] fast off path: speculation-off steps are fast on triton or flashinfer attention only; "
+                    "with --attention-backend fa3 they run upstream's steps-0 kernels")
+    assert expected in result.stdout
     assert "doctor: all checks passed" in result.stdout
 
 

@@ -92,6 +92,20 @@ def test_an_owner_that_no_longer_imports_is_reported(monkeypatch):
     assert missing.startswith("sglang.srt.no_such_module.Thing (") and "no_such_module" in missing.split("(", 1)[1]
 
 
+@pytest.mark.parametrize("check, present", [(CLASS_ATTRIBUTE, "forward"), (SET_IN_A_METHOD, "splits")])
+def test_an_owner_that_cannot_be_imported_here_is_checked_in_its_source(check, present, tmp_path, monkeypatch):
+    """As FA3's backend on a machine without CUDA: its class statement is what can be checked."""
+    (tmp_path / "needs_cuda_backend.py").write_text(
+        "import no_such_cuda_library\n\n\nclass Backend:\n    def forward(self):\n        self.splits = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    patch = RuntimePatch(owners=("needs_cuda_backend.Backend",), attributes=(present, "absent"), check=check,
+                         by="test", why="", how="", upstream="", removal="", verified_on={RELEASE: CPU})
+    monkeypatch.setattr(runtime_patches, "RUNTIME_PATCHES", (patch,))
+    assert runtime_patches.unresolved_names(RELEASE) == [
+        f"needs_cuda_backend.Backend.absent ({check}, read from its source as it cannot be imported here "
+        f"(ModuleNotFoundError): {runtime_patches._CHECKS[check][1]})"]
+
+
 def _modules():
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name != "runtime_patches.py":
@@ -262,14 +276,14 @@ def test_the_one_token_decode_entries_list_what_its_subclass_overrides_on_each_b
         assert set(overridden_methods(subclass, owner)) == set(ONE_TOKEN_DECODE_CLASS.attributes)
 
 
-def test_a_switched_change_is_checked_only_while_on(monkeypatch):
-    """FA3's entries are checked at start-up only where SGLANG_SPEC_GATE_FA3_OFF_PATH=1: their
-    owner's module needs a GPU to import, which a server on another backend may not have."""
+def test_a_switched_change_is_made_and_checked_unless_switched_off(monkeypatch):
+    """FA3's entries follow SGLANG_SPEC_GATE_FA3_OFF_PATH: on by default, 0 the way back to
+    upstream's kernels, and then nothing of theirs is checked or changed."""
     from sglang_specgate.runtime_patches import (FA3_DRAFT_EXTEND_GRAPH, FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS,
                                                  patches_for)
 
     fa3 = {FA3_ONE_SPLIT, FA3_ONE_TOKEN_DECODE_CLASS, FA3_DRAFT_EXTEND_GRAPH}
     monkeypatch.delenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", raising=False)
-    assert fa3.isdisjoint(patches_for("0.5.17"))
-    monkeypatch.setenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", "1")
     assert fa3 <= set(patches_for("0.5.17")) and fa3.isdisjoint(patches_for("0.5.23"))
+    monkeypatch.setenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", "0")
+    assert fa3.isdisjoint(patches_for("0.5.17"))

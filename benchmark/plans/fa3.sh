@@ -6,8 +6,7 @@
 # FA3_PROMPTS_PER_C x C prompts each (default 4) after a warm-up at the last level, traced at
 # FA3_PROFILE_LEVEL where set (200 steps, the host recorded: the decode step of each off path);
 # then the GPU tests FA3_TESTS selects (pytest -k, commas for "or") on FA3 with the 1B pair:
-# by default greedy identity and the KV-probe re-enable (test_gate_switched and the prefill test
-# check the fast path's own counters, which FA3 has not yet). FA3_PARTS (default sweep,tests)
+# by default greedy identity and the KV-probe re-enable. FA3_PARTS (default sweep,tests)
 # says which of the two to run.
 # Needs the carried kernels, .gpu/fa3-ops.tar.xz (gpu_job.sh: FA3), which fa3_has_kernels runs
 # once first; without them the plan runs nothing and job.log says why. Four 8B servers resident
@@ -27,20 +26,22 @@
 # Ran (b6492eb, H100): FA3_CONFIGS=gate,plain FA3_REPEATS=2 with the two tests
 # (results/2026-12-07-fa3-gate-plain-8b-2.2-h100), then FA3_PARTS=sweep
 # FA3_CONFIGS=upstream-gate,spec FA3_LEVELS=16,64 (results/2026-12-07-fa3-spec-upstream-gate-8b-2.2-h100).
-# Item 3, FA3's own decode path for the off state (one_token_decode.py, behind
-# SGLANG_SPEC_GATE_FA3_OFF_PATH until a GPU has run it): FA3_OFF_PATH=1 sets the variable for
-# every server and test, and the sweep writes to fa3-ab-fast-path. Ran (b4e258b, H100) with
-# FA3_CONFIGS=gate,plain FA3_REPEATS=2 and four tests (results/2026-12-07-fa3-fast-path-eager-draft-extend-8b-2.2-h100):
-# the off state's draft extend had no graph on FA3 (upstream lists none), fixed in 35cbb83. Next,
-# on any card, the A/B with the off path's traced step and the four tests (about 20 minutes):
-#   FA3_OFF_PATH=1 FA3_CONFIGS=gate,plain FA3_REPEATS=2 FA3_PROFILE_LEVEL=64 \
+# Item 3, FA3's own decode path for the off state (one_token_decode.py): on by default since it
+# ran here; FA3_OFF_PATH=0 sets SGLANG_SPEC_GATE_FA3_OFF_PATH=0 for every server and test, the
+# gate then on upstream's steps-0 kernels, as in the runs above (the sweep writes to fa3-ab, else
+# to fa3-ab-fast-path). Ran (b4e258b, H100) with FA3_CONFIGS=gate,plain FA3_REPEATS=2 and four
+# tests (results/2026-12-07-fa3-fast-path-eager-draft-extend-8b-2.2-h100): the off state's draft
+# extend had no graph on FA3 (upstream lists none), fixed in 35cbb83. Then (1eef06f, H100, the
+# switch still set by hand) the A/B with a traced level and the four tests
+# (results/2026-12-07-fa3-fast-path-8b-2.2-h100), and upstream's steps-0 off path traced beside
+# plain (results/2026-12-07-fa3-upstream-off-path-profile-8b-2.2-h100):
+#   FA3_CONFIGS=gate,plain FA3_REPEATS=2 FA3_PROFILE_LEVEL=64 \
 #     FA3_TESTS=greedy_outputs_identical,reenable_is_warm,gate_switched,prompts_prefilled \
 #     bash benchmark/gpu_job.sh start benchmark/plans/fa3.sh 290
-# then upstream's steps-0 off path traced beside plain (about 6 minutes):
-#   FA3_PARTS=sweep FA3_CONFIGS=upstream-gate,plain FA3_LEVELS=64 FA3_REPEATS=1 FA3_PROFILE_LEVEL=64 \
-#     bash benchmark/gpu_job.sh start benchmark/plans/fa3.sh 290
-export SGLANG_SPEC_GATE_FA3_OFF_PATH=${FA3_OFF_PATH:-0}
-run=fa3-ab${FA3_OFF_PATH:+-fast-path}
+#   FA3_OFF_PATH=0 FA3_PARTS=sweep FA3_CONFIGS=upstream-gate,plain FA3_LEVELS=64 FA3_REPEATS=1 \
+#     FA3_PROFILE_LEVEL=64 bash benchmark/gpu_job.sh start benchmark/plans/fa3.sh 290
+export SGLANG_SPEC_GATE_FA3_OFF_PATH=${FA3_OFF_PATH:-1}
+run=fa3-ab$([ "$SGLANG_SPEC_GATE_FA3_OFF_PATH" = 0 ] || echo -fast-path)
 parts=${FA3_PARTS:-sweep,tests} levels=${FA3_LEVELS:-16,32,64,128}
 tests=${FA3_TESTS:-greedy_outputs_identical,reenable_is_warm}
 if [[ $parts == *sweep* ]] && fa3_has_kernels 8b; then

@@ -39,8 +39,8 @@ GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
 # one_token_decode.DECODE_PATHS); on others, off steps run upstream's steps-0 kernels.
 FAST_OFF_PATH_ATTENTION_BACKENDS = ("triton", "flashinfer")
 FAST_OFF_PATH_FIX = "--attention-backend " + " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS)
-# FA3's decode path for the off state (one_token_decode.DECODE_PATHS): chains only, and
-# only where FA3_OFF_PATH_ENV asks for it until it has run on a GPU.
+# FA3's decode path for the off state (one_token_decode.DECODE_PATHS): chains only, unless
+# FA3_OFF_PATH_ENV turns it off.
 FA3 = "fa3"
 # The decode CUDA-graph backend whose graphs the auto gate's calibration replays.
 FULL_DECODE_GRAPHS = "full"
@@ -303,9 +303,9 @@ def host_seq_lens_enabled() -> bool:
 
 def fa3_off_path_enabled() -> bool:
     """Whether the off state's one-token forwards on FA3 run its decode path (one_token_decode),
-    as Triton's and FlashInfer's do. Off unless set to 1 until that has run on a GPU; without it
-    FA3's off steps run upstream's steps-0 kernels (docs/benchmarks.md measures them)."""
-    return _env_switch(FA3_OFF_PATH_ENV, False, "FA3's off steps run its decode path, not yet run on a GPU",
+    as Triton's and FlashInfer's do. On unless set to 0: the way back to upstream's steps-0
+    kernels (docs/benchmarks.md measures both)."""
+    return _env_switch(FA3_OFF_PATH_ENV, True, "FA3's off steps run its decode path",
                        "they run upstream's steps-0 kernels")
 
 
@@ -462,11 +462,12 @@ def slower_off_path(args) -> Optional[str]:
     # Offered only where the switch alone would make every setting fast (not a hybrid, not a tree).
     fa3_would_serve = ((args.speculative_eagle_topk or 1) <= 1 and not fa3_off_path_enabled()
                        and not slow_off_path_backends(args, FAST_OFF_PATH_ATTENTION_BACKENDS + (FA3,)))
-    fa3 = (f", or with FA3 and chain drafting set {FA3_OFF_PATH_ENV}=1 for FA3's decode path (not yet run on "
-           "a GPU)") if fa3_would_serve else ""
-    return (f"speculation-off steps are fast on {' or '.join(FAST_OFF_PATH_ATTENTION_BACKENDS)} attention "
-            f"only; with {'; '.join(slow)} they run upstream's steps-0 kernels (on Triton those ran at 0.29x "
-            "a plain server at 64 requests, on FA3 at 0.94-0.98x from 16 to 128). Start with "
+    fa3 = (f", or with FA3 and chain drafting unset {FA3_OFF_PATH_ENV} (now 0) for FA3's decode "
+           "path") if fa3_would_serve else ""
+    *others, last = fast_off_path_attention_backends(args.speculative_eagle_topk or 1)
+    return (f"speculation-off steps are fast on {', '.join(others)} or {last} attention only; with "
+            f"{'; '.join(slow)} they run upstream's steps-0 kernels (on Triton those ran at 0.29x a plain "
+            "server at 64 requests, on FA3 at 0.94-0.98x from 16 to 128). Start with "
             f"{FAST_OFF_PATH_FIX} for the fast off path{fa3}.")
 
 

@@ -130,7 +130,7 @@ def _fa3_most_write_rows(backend) -> int:
 
 def _fa3_unsupported(backend) -> str | None:
     if not fa3_off_path_enabled():
-        return (f"FA3's decode path for them has not run on a GPU yet; {FA3_OFF_PATH_ENV}=1 turns it on, "
+        return (f"{FA3_OFF_PATH_ENV}=0 turned FA3's decode path for them off; unset it to turn it on, "
                 f"or start with {FAST_OFF_PATH_FIX}")
     if backend.fa_impl_ver != 3 or backend.topk > 1:
         return "FA3's decode path serves FA3 itself (not FA4) with chain drafting (--speculative-eagle-topk 1)"
@@ -161,24 +161,21 @@ class DecodePathSupport:
     swap: Callable[[Any, type], None] = _swap
     # Why an instance keeps upstream's kernels (a configuration or switch), or None.
     unsupported: Callable[[Any], str | None] = lambda backend: None
-    # Whether this decode path has served the off state on a GPU (else a warning when used).
-    ran_on_a_gpu: bool = True
     # The most rows the deferred writes may take on this backend (its memory for them), or None.
     most_write_rows: Callable[[Any], int | None] = lambda backend: None
 
 
-# Backends, by class name, with a decode path for the off state. Triton's and FlashInfer's
-# have served it on a GPU through real SGLang with test/gpu passing, the probe pair's target
-# checking its own attention (FlashInfer with the gate's host lengths and without; runs linked
-# in docs/design.md); FA3's has not, and runs only where args.fa3_off_path_enabled. Others keep
-# upstream's extend kernels, with a warning. The --attention-backend values that build them:
+# Backends, by class name, with a decode path for the off state. Each has served it on a GPU
+# through real SGLang with test/gpu passing, the probe pair's target checking its own attention
+# (FlashInfer with the gate's host lengths and without; runs linked in docs/design.md); FA3's
+# runs unless args.fa3_off_path_enabled says no. Others keep upstream's extend kernels, with a
+# warning. The --attention-backend values that build them:
 # args.fast_off_path_attention_backends.
 DECODE_PATHS = {
     "TritonAttnBackend": DecodePathSupport(_triton_reads_one_entry, _triton_take_rows),
     "FlashInferAttnBackend": DecodePathSupport(_plans_from_host_lengths, _flashinfer_take_rows),
     "FlashAttentionBackend": DecodePathSupport(_fa3_reads_one_entry, _sizes_its_buffers_at_capture,
-                                               _swap_fa3, _fa3_unsupported, ran_on_a_gpu=False,
-                                               most_write_rows=_fa3_most_write_rows),
+                                               _swap_fa3, _fa3_unsupported, most_write_rows=_fa3_most_write_rows),
 }
 
 
@@ -266,9 +263,6 @@ def use_decode_kernels(backend) -> bool:
         logger.warning("spec gate: attention backend %s: speculation-off steps use upstream's steps-0 "
                        "kernels (slower): %s.", cls.__name__, unsupported)
         return False
-    if not support.ran_on_a_gpu:
-        logger.warning("spec gate: speculation-off steps run %s's decode path, which has not run on a GPU "
-                       "yet: please report what you see", cls.__name__)
     if cls not in _decode_classes:
         _decode_classes[cls] = _one_token_decode_class(cls)
     # Same instance, same buffers; only the method lookup changes, so isinstance checks

@@ -19,7 +19,9 @@ checked on the installed SGLang without a GPU, by the entry's ``check``:
 - MODULE_ATTRIBUTE: the module has it;
 - OURS: none of the first three finds it: a name of ours, which must not collide with SGLang's.
 
-Owners are resolved at that check only; making a change imports nothing.
+Owners are resolved at that check only; making a change imports nothing. An owner whose module
+cannot be imported where the check runs (FA3's loads CUDA libraries) is checked in its class
+statement: no object of it can exist there to change.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib.util
 import inspect
+import pathlib
 import pkgutil
-import sys
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable, Optional
@@ -371,15 +374,15 @@ FA3_ONE_TOKEN_DECODE_CLASS = RuntimePatch(
     "state's decode step costs more than a plain one (docs/benchmarks.md): the target verify plans as a "
     "verify, without decode's precomputed scheduler metadata, and the draft extends every step.",
     how="As ONE_TOKEN_DECODE_CLASS, for chain drafting with FA3 itself (not FA4, MLA, local or "
-    "sliding-window attention, cross attention or context parallelism), and only while "
-    "SGLANG_SPEC_GATE_FA3_OFF_PATH=1.",
+    "sliding-window attention, cross attention or context parallelism), unless "
+    "SGLANG_SPEC_GATE_FA3_OFF_PATH=0.",
     upstream="srt/layers/attention/flashattention_backend.py:378 (init_forward_metadata_in_graph: "
     "no-op for DECODE), :420 (out_graph: decode modes share _init_full_cg_decode_metadata), :632, "
     ":1122, :1712 (forward_decode reads forward_batch's out_cache_loc, encoder_out_cache_loc, "
     "batch_size and _attn_output, the same in the view, and spec_info only for topk > 1), "
     ":2052 (buffers sized at the graph runner's largest batch).",
-    removal="With ONE_TOKEN_DECODE_CLASS; the switch goes once a GPU has run it (then on by default).",
-    verified_on=CPU_0_5_17,
+    removal="With ONE_TOKEN_DECODE_CLASS.",
+    verified_on=GPU_0_5_17,
     switched_on=_fa3_off_path_enabled,
 )
 FA3_ONE_SPLIT = RuntimePatch(
@@ -395,7 +398,7 @@ FA3_ONE_SPLIT = RuntimePatch(
     upstream="srt/layers/attention/flashattention_backend.py:292-296 (num_splits), :327-354 "
     "(scheduler metadata), :529-531 and :2755-2763 (replays plan with max_context_len).",
     removal="With FA3_ONE_TOKEN_DECODE_CLASS.",
-    verified_on=CPU_0_5_17,
+    verified_on=GPU_0_5_17,
     switched_on=_fa3_off_path_enabled,
 )
 FA3_DRAFT_EXTEND_GRAPH = RuntimePatch(
@@ -416,7 +419,7 @@ FA3_DRAFT_EXTEND_GRAPH = RuntimePatch(
     "eagle_draft_extend_cuda_graph_runner.py:81-180 (the runner needs only the worker).",
     removal="When upstream lists FlashAttentionBackend for draft-extend graphs, or with "
     "FA3_ONE_TOKEN_DECODE_CLASS.",
-    verified_on=CPU_0_5_17,
+    verified_on=GPU_0_5_17,
     switched_on=_fa3_off_path_enabled,
 )
 FLASHINFER_ROWS = RuntimePatch(
@@ -588,8 +591,10 @@ def _self_assignments(klass: type) -> frozenset[str]:
     """The names ``klass``'s own methods assign on their first argument; none where its source
     is not available (builtins, classes made at run time)."""
     node = _class_definitions(klass.__module__).get(klass.__qualname__)
-    if node is None:
-        return frozenset()
+    return frozenset() if node is None else _method_self_assignments(node)
+
+
+def _method_self_assignments(node: ast.ClassDef) -> frozenset[str]:
     names = set()
     for method in node.body:
         if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.args.args:
@@ -602,10 +607,11 @@ def _self_assignments(klass: type) -> frozenset[str]:
 
 @functools.cache
 def _class_definitions(module_name: str) -> dict[str, ast.ClassDef]:
-    """A module's class statements by qualified name, parsed once per module."""
+    """A module's class statements by qualified name, parsed once per module from its source
+    file: found without importing the module itself (its packages are imported)."""
     try:
-        tree = ast.parse(inspect.getsource(sys.modules[module_name]))
-    except (KeyError, OSError, TypeError):
+        tree = ast.parse(pathlib.Path(importlib.util.find_spec(module_name).origin).read_text())
+    except (AttributeError, ImportError, OSError, TypeError, ValueError):
         return {}
     found = {}
 
@@ -631,6 +637,30 @@ _CHECKS = {
 }
 
 
+def _class_statement(path: str) -> ast.ClassDef | None:
+    module, _, qualname = path.rpartition(".")
+    return _class_definitions(module).get(qualname) if module else None
+
+
+def _defined_in_body(node: ast.ClassDef, name: str) -> bool:
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and statement.name == name:
+            return True
+        targets = statement.targets if isinstance(statement, ast.Assign) else (
+            [statement.target] if isinstance(statement, ast.AnnAssign) else [])
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return True
+    return False
+
+
+# The checks a class statement answers where its module cannot be imported (FA3's loads CUDA
+# libraries): its own body and methods only, so a name only a base has reads as missing.
+_SOURCE_CHECKS = {
+    CLASS_ATTRIBUTE: _defined_in_body,
+    SET_IN_A_METHOD: lambda node, name: name in _method_self_assignments(node),
+}
+
+
 def patches_for(release: str) -> tuple[RuntimePatch, ...]:
     """The changes that may be made on ``release``: those registered there, switched on."""
     return tuple(p for p in RUNTIME_PATCHES
@@ -647,7 +677,14 @@ def unresolved_names(release: str) -> list[str]:
             try:
                 owner = pkgutil.resolve_name(path)
             except Exception as e:  # importing a changed SGLang module can fail in any way
-                missing.append(f"{path} ({type(e).__name__}: {e})")
+                in_source = _SOURCE_CHECKS.get(patch.check)
+                node = _class_statement(path) if in_source else None
+                if node is None:
+                    missing.append(f"{path} ({type(e).__name__}: {e})")
+                else:  # no object of it can exist here to change: its statement is what can be checked
+                    missing.extend(f"{path}.{name} ({patch.check}, read from its source as it cannot be "
+                                   f"imported here ({type(e).__name__}): {failure})"
+                                   for name in patch.attributes if not in_source(node, name))
                 continue
             missing.extend(f"{path}.{name} ({patch.check}: {failure})"
                            for name in patch.attributes if not has(owner, name))
