@@ -192,7 +192,7 @@ class FlashAttentionBackend:
 
     def __init__(self, topk=1, fa_impl_ver=3, context_len=8192, **attention):
         self.topk, self.fa_impl_ver, self.num_splits, self.attn_cp_size = topk, fa_impl_ver, 0, 1
-        self.max_num_pages = context_len  # one token a page
+        self.max_num_pages = self.max_context_len = context_len  # one token a page
         for name in ("use_mla", "has_local_attention", "has_swa", "is_prefill_aware_swa", "is_encoder_decoder",
                      "use_sliding_window_kv_pool"):
             setattr(self, name, attention.get(name, False))
@@ -224,7 +224,6 @@ def test_fa3_keeps_upstreams_kernels_where_switched_off(monkeypatch, caplog):
 
 
 @pytest.mark.parametrize("backend, named", [
-    (FlashAttentionBackend(topk=4), "chain drafting"),
     (FlashAttentionBackend(fa_impl_ver=4), "not FA4"),
     (FlashAttentionBackend(use_sliding_window_kv_pool=True), "sliding-window attention"),
     (FlashAttentionBackend(use_mla=True), "not MLA"),
@@ -235,11 +234,12 @@ def test_fa3_still_leaves_what_its_decode_path_does_not_cover(backend, named, ca
     assert type(backend) is FlashAttentionBackend and named in caplog.text
 
 
-@pytest.mark.parametrize("switch", [None, "1"])
-def test_fa3_runs_one_token_forwards_as_decode_steps_by_default(switch, monkeypatch, caplog):
+@pytest.mark.parametrize("switch, topk", [(None, 1), ("1", 1), (None, 4)])
+def test_fa3_runs_one_token_forwards_as_decode_steps_by_default(switch, topk, monkeypatch, caplog):
+    """Chains and trees alike (test_upstream_contracts: FA3 reads its topk only under spec_info)."""
     if switch is not None:
         monkeypatch.setenv(FA3_OFF_PATH_ENV, switch)
-    backend = FlashAttentionBackend()
+    backend = FlashAttentionBackend(topk=topk)
     assert use_decode_kernels(backend)
     assert not caplog.text  # served on a GPU: nothing to warn of
     assert isinstance(backend, FlashAttentionBackend)
@@ -268,10 +268,12 @@ def test_fa3_draft_extend_reads_one_split_and_grows_nothing():
     assert vars(backend) == before
 
 
-@pytest.mark.parametrize("context_len, rows", [(8192, 2048), (32768, 512), (131072, 128)])
-def test_fa3_write_rows_are_capped_by_their_page_tables(context_len, rows):
-    """Four int32 page tables a row, each an entry per token of context: 256 MiB in all at most."""
-    backend = FlashAttentionBackend(context_len=context_len)
+@pytest.mark.parametrize("topk, context_len, rows", [(1, 8192, 2048), (1, 32768, 512), (1, 131072, 128),
+                                                     (4, 8192, 1365), (4, 131072, 85)])
+def test_fa3_write_rows_are_capped_by_their_page_tables(topk, context_len, rows):
+    """Four int32 page tables a row, six for a tree, each an entry per token of context: 256 MiB
+    in all at most."""
+    backend = FlashAttentionBackend(topk=topk, context_len=context_len)
     use_decode_kernels(backend)
     assert most_write_rows(backend) == rows
     triton = bare_triton_backend()

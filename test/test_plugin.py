@@ -367,7 +367,7 @@ def test_doctor_passes(eagle_argv):
             in result.stdout
     assert "[ok] host sequence lengths for plain steps (FlashInfer): on (SGLANG_SPEC_GATE_HOST_SEQ_LENS=<unset>)" \
         in result.stdout
-    assert "[ok] FA3's decode path for off steps (chains): on (SGLANG_SPEC_GATE_FA3_OFF_PATH=<unset>)" \
+    assert "[ok] FA3's decode path for off steps: on (SGLANG_SPEC_GATE_FA3_OFF_PATH=<unset>)" \
         in result.stdout
 
 

@@ -43,7 +43,8 @@ def refused(argv, capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("backend", ["triton", "flashinfer"])
+# FA3: what SGLang picks on Hopper when no backend is given (server_args.py:3537), here given.
+@pytest.mark.parametrize("backend", ["triton", "flashinfer", "fa3"])
 def test_a_tree_sglang_chose_runs_where_the_gate_runs_trees(backend, eagle3_without_drafting, capsys):
     argv = eagle3_without_drafting + [FLAG, "8", "--attention-backend", backend]
     if not TREES_HERE:
@@ -89,17 +90,18 @@ BAD_TREES = [
             "--speculative-eagle-topk 4", "Give D in that range"]),
     ("pages", [FLAG, "8", *TREE, "--page-size", "16"], None,
      ["tree drafting with --page-size 16", "Use --page-size 1, or chain drafting"]),
-    ("fa3", [FLAG, "8", *TREE, "--attention-backend", "fa3"], None,
+    ("a backend without the fast off path", [FLAG, "8", *TREE, "--attention-backend", "torch_native"], None,
      ["got --speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8",
-      "tree drafting with --attention-backend fa3", "Start with --attention-backend flashinfer or triton"]),
-    ("draft on fa3", [FLAG, "8", *TREE, "--attention-backend", "flashinfer",
-                      "--speculative-draft-attention-backend", "fa3"], None,
-     ["tree drafting with --speculative-draft-attention-backend fa3"]),
+      "tree drafting with --attention-backend torch_native: the gate's off steps are fast on triton, flashinfer "
+      "or fa3 attention only", "Start with --attention-backend triton or flashinfer or fa3 (the draft's likewise)"]),
+    ("draft on it", [FLAG, "8", *TREE, "--attention-backend", "flashinfer",
+                     "--speculative-draft-attention-backend", "torch_native"], None,
+     ["tree drafting with --speculative-draft-attention-backend torch_native"]),
     ("hybrid", [FLAG, "8", *TREE, "--prefill-attention-backend", "flashinfer", "--decode-attention-backend",
                 "triton"], None,
      ["--prefill-attention-backend flashinfer and --decode-attention-backend triton (hybrid)"]),
-    ("env threshold", [*TREE, "--attention-backend", "fa3"], "8",
-     [f"{ENV}=8 in the environment: got --speculative-num-steps 3", "tree drafting with --attention-backend fa3"]),
+    ("env threshold", [*TREE, "--page-size", "16"], "8",
+     [f"{ENV}=8 in the environment: got --speculative-num-steps 3", "tree drafting with --page-size 16"]),
     ("auto with chain candidates", [FLAG, "auto", *TREE, CANDIDATES, "0,1,3"], None,
      [f"{CANDIDATES} 0,1,3 with tree drafting (--speculative-num-steps 3 --speculative-eagle-topk 4 "
       f"--speculative-num-draft-tokens 8): {FLAG} auto chooses between plain and the tree only, 0 and 3",
@@ -121,11 +123,11 @@ def test_a_tree_the_gate_cannot_run_is_refused_naming_the_flag_and_the_fix(name,
 
 @pytest.mark.skipif(not TREES_HERE, reason=f"trees are refused on SGLang {installed_release()}")
 def test_a_tree_sglang_chose_on_a_backend_without_the_fast_off_path_names_its_choice(eagle3_without_drafting,
-                                                                                     capsys):
-    # SGLang picks FA3 on Hopper when no backend is given (server_args.py:3537); here it is given.
+                                                                                     monkeypatch, capsys):
+    monkeypatch.setenv("SGLANG_SPEC_GATE_FA3_OFF_PATH", "0")  # FA3 on upstream's kernels
     err = refused(eagle3_without_drafting + [FLAG, "8", "--attention-backend", "fa3"], capsys)
     assert f"{FLAG} 8: {SGLANG_CHOSE}; tree drafting with --attention-backend fa3" in err
-    assert f"Start with --attention-backend flashinfer or triton (the draft's likewise), or chain drafting: " \
+    assert f"Start with --attention-backend triton or flashinfer (the draft's likewise), or chain drafting: " \
            f"{CHAIN_FLAGS}." in err
 
 
@@ -167,12 +169,12 @@ def test_the_draft_token_bound_is_what_upstreams_tree_can_hold(steps, topk):
 ])
 def test_tree_refusal_rules(release, page_size, slow, expected):
     refusal = tree_refusal(Drafting(5, 4, 8), release=release, fast_off_path_releases=("0.5.17",),
-                           page_size=page_size, slow_backends=slow)
+                           page_size=page_size, slow_backends=slow, fast_backends=("triton", "flashinfer"))
     assert refusal is None if expected is None else expected in refusal
 
 
 @pytest.mark.parametrize("tokens", [1, 38])
 def test_tree_refusal_bounds_the_draft_tokens(tokens):
     refusal = tree_refusal(Drafting(3, 4, tokens), release="0.5.17", fast_off_path_releases=("0.5.17",),
-                           page_size=1, slow_backends=[])
+                           page_size=1, slow_backends=[], fast_backends=("triton", "flashinfer"))
     assert f"--speculative-num-draft-tokens {tokens} must be from 2 to 37" in refusal

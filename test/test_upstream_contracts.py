@@ -100,14 +100,11 @@ def test_the_metrics_reporter_has_what_the_metrics_hook_reads():
 
 
 def _fa3_backend_class():
-    """FA3's backend class statement, read from the installed source: its module imports
-    sgl_kernel's CUDA ops, which a machine without a GPU cannot load."""
-    import ast
-    import importlib.util
+    """FA3's backend class statement, read from the installed source as the start-up check reads
+    it: its module imports sgl_kernel's CUDA ops, which a machine without a GPU cannot load."""
+    from sglang_specgate.runtime_patches import FA3_ONE_TOKEN_DECODE_CLASS, _class_statement
 
-    spec = importlib.util.find_spec("sglang.srt.layers.attention.flashattention_backend")
-    tree = ast.parse(open(spec.origin).read())
-    return next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "FlashAttentionBackend")
+    return _class_statement(FA3_ONE_TOKEN_DECODE_CLASS.owners[0])
 
 
 @pytest.mark.fast_off_path
@@ -124,8 +121,51 @@ def test_fa3_has_what_its_decode_path_for_the_off_state_uses():
     assert set(FA3_ONE_TOKEN_DECODE_CLASS.attributes) | {"forward_decode"} <= set(methods)
     init_sets = {n.attr for n in ast.walk(methods["__init__"])
                  if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.value.id == "self"}
-    assert {"num_splits", "max_num_pages", "fa_impl_ver", "topk", "use_mla", "has_local_attention", "has_swa", "is_prefill_aware_swa",
+    assert {"num_splits", "max_num_pages", "max_context_len", "fa_impl_ver", "topk", "use_mla", "has_local_attention", "has_swa", "is_prefill_aware_swa",
             "is_encoder_decoder", "use_sliding_window_kv_pool", "attn_cp_size"} <= init_sets
     decode_splits = [k.value for n in ast.walk(methods["forward_decode"]) if isinstance(n, ast.Call)
                      for k in n.keywords if k.arg == "num_splits"]
     assert decode_splits and all(ast.unparse(v) == "self.num_splits" for v in decode_splits)
+
+
+def _reads_topk_outside(node, covered=False):
+    """Lines reading ``self.topk`` outside a branch that tests ``spec_info is not None`` or
+    names a mode other than decode (verify, extend, draft extend)."""
+    import ast
+
+    def tests(test) -> bool:
+        return any((isinstance(n, ast.Compare) and isinstance(n.ops[0], ast.IsNot) and "spec_info" in ast.unparse(n.left)
+                    and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value is None)
+                   or (isinstance(n, ast.Attribute) and n.attr.startswith(("is_target_verify", "is_draft_extend",
+                                                                            "is_extend")))
+                   for n in ast.walk(test))
+
+    if isinstance(node, ast.If):
+        yield from _reads_topk_outside(node.test, covered)
+        for statement in node.body:
+            yield from _reads_topk_outside(statement, covered or tests(node.test))
+        for statement in node.orelse:
+            yield from _reads_topk_outside(statement, covered)
+        return
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) and tests(node):
+        return
+    if isinstance(node, ast.Attribute) and node.attr == "topk" and ast.unparse(node.value) == "self":
+        if not covered:
+            yield node.lineno
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _reads_topk_outside(child, covered)
+
+
+@pytest.mark.fast_off_path
+def test_fa3_decodes_a_one_token_view_of_a_tree_as_of_a_chain():
+    """The off state's one-token view is a DECODE batch without spec_info, for trees too: FA3's
+    metadata and decode kernels read its topk only for batches that carry one, or in other modes
+    (the sizing in __init__ and init_cuda_graph_state aside, and forward_extend, which the view
+    never reaches), so a tree server's off steps take a chain's decode path."""
+    import ast
+
+    methods = [node for node in _fa3_backend_class().body if isinstance(node, ast.FunctionDef)
+               and node.name not in ("__init__", "init_cuda_graph_state", "forward_extend")]
+    assert {"init_forward_metadata", "forward_decode", "_bind_metadata_buffers"} <= {m.name for m in methods}
+    assert {m.name: lines for m in methods if (lines := list(_reads_topk_outside(m)))} == {}

@@ -19,6 +19,11 @@
 #   TREE_BACKENDS (default triton,flashinfer); about 10 device minutes a backend, estimated from
 #   gpu_tests.sh's runs of their chain forms, not measured:
 #   TREE_PART=tests bash benchmark/gpu_job.sh start benchmark/plans/tree.sh 290
+#   FA3, what SGLang picks on Hopper with the tree it picks for a Llama target, with the carried
+#   kernels (gpu_tests probes their causal reads; the tree's verify also reads its prefix
+#   non-causally and merges), then its sweep beside the always-on tree:
+#   TREE_PART=tests TREE_BACKENDS=fa3 bash benchmark/gpu_job.sh start benchmark/plans/tree.sh 290
+#   TREE_PART=sweep TREE_BACKEND=fa3 bash benchmark/gpu_job.sh start benchmark/plans/tree.sh 290
 # Each followed by `bash /tmp/gpu-job/gpu_job.sh wait 290` calls until the plan is done.
 # - Not run yet.
 tree=(--speculative-num-steps "${TREE_STEPS:-5}" --speculative-eagle-topk "${TREE_TOPK:-4}"

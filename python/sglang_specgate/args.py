@@ -39,8 +39,8 @@ GATED_ALGORITHMS = ("EAGLE", "EAGLE3")
 # one_token_decode.DECODE_PATHS); on others, off steps run upstream's steps-0 kernels.
 FAST_OFF_PATH_ATTENTION_BACKENDS = ("triton", "flashinfer")
 FAST_OFF_PATH_FIX = "--attention-backend " + " or ".join(FAST_OFF_PATH_ATTENTION_BACKENDS)
-# FA3's decode path for the off state (one_token_decode.DECODE_PATHS): chains only, unless
-# FA3_OFF_PATH_ENV turns it off.
+# FA3's decode path for the off state (one_token_decode.DECODE_PATHS), unless FA3_OFF_PATH_ENV
+# turns it off.
 FA3 = "fa3"
 # The decode CUDA-graph backend whose graphs the auto gate's calibration replays.
 FULL_DECODE_GRAPHS = "full"
@@ -309,10 +309,9 @@ def fa3_off_path_enabled() -> bool:
                        "they run upstream's steps-0 kernels")
 
 
-def fast_off_path_attention_backends(topk: int) -> tuple[str, ...]:
-    """The --attention-backend values whose off steps run the fast off path, for drafts of
-    ``topk`` (FA3's decode path serves chains only)."""
-    return FAST_OFF_PATH_ATTENTION_BACKENDS + ((FA3,) if topk <= 1 and fa3_off_path_enabled() else ())
+def fast_off_path_attention_backends() -> tuple[str, ...]:
+    """The --attention-backend values whose off steps run the fast off path."""
+    return FAST_OFF_PATH_ATTENTION_BACKENDS + ((FA3,) if fa3_off_path_enabled() else ())
 
 
 # (predicate on resolved args, what is wrong, the fix). Each combination would either
@@ -375,7 +374,8 @@ def validate_gate_combination(args, setting: ThresholdSetting) -> None:
     drafting = drafting_of(args)
     if drafting.shape == TREE:
         refused = tree_refusal(drafting, release=installed_release(), fast_off_path_releases=FAST_OFF_PATH_RELEASES,
-                               page_size=args.page_size, slow_backends=slow_off_path_backends(args))
+                               page_size=args.page_size, slow_backends=slow_off_path_backends(args),
+                               fast_backends=fast_off_path_attention_backends())
         if refused:
             raise SpecGateConfigError(f"{setting}: {drafting.described()}; {refused}.")
     release = installed()
@@ -459,12 +459,12 @@ def slower_off_path(args) -> Optional[str]:
     slow = slow_off_path_backends(args)
     if not slow:
         return None
-    # Offered only where the switch alone would make every setting fast (not a hybrid, not a tree).
-    fa3_would_serve = ((args.speculative_eagle_topk or 1) <= 1 and not fa3_off_path_enabled()
+    # Offered only where the switch alone would make every setting fast (not a hybrid).
+    fa3_would_serve = (not fa3_off_path_enabled()
                        and not slow_off_path_backends(args, FAST_OFF_PATH_ATTENTION_BACKENDS + (FA3,)))
-    fa3 = (f", or with FA3 and chain drafting unset {FA3_OFF_PATH_ENV} (now 0) for FA3's decode "
-           "path") if fa3_would_serve else ""
-    *others, last = fast_off_path_attention_backends(args.speculative_eagle_topk or 1)
+    fa3 = (f", or with FA3 unset {FA3_OFF_PATH_ENV} (now 0) for FA3's decode path"
+           if fa3_would_serve else "")
+    *others, last = fast_off_path_attention_backends()
     return (f"speculation-off steps are fast on {', '.join(others)} or {last} attention only; with "
             f"{'; '.join(slow)} they run upstream's steps-0 kernels (on Triton those ran at 0.29x a plain "
             "server at 64 requests, on FA3 at 0.94-0.98x from 16 to 128). Start with "
@@ -474,10 +474,10 @@ def slower_off_path(args) -> Optional[str]:
 def slow_off_path_backends(args, fast: Optional[tuple[str, ...]] = None) -> list[str]:
     """The attention settings (resolved args; SGLang picks FA3 by default on Hopper) that would
     build the off state's target-verify or draft-extend backend outside the fast off path
-    (``fast``: its --attention-backend values, by default those of this server's drafting)."""
+    (``fast``: its --attention-backend values, by default fast_off_path_attention_backends())."""
     from sglang_specgate.sglang_versions import installed
 
-    fast = fast or fast_off_path_attention_backends(args.speculative_eagle_topk or 1)
+    fast = fast or fast_off_path_attention_backends()
     prefill, decode = installed().attention_backends(args)
     if prefill != decode:  # SGLang composes a HybridAttnBackend of the two
         target = [f"--prefill-attention-backend {prefill} and --decode-attention-backend {decode} (hybrid)"]

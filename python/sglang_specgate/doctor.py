@@ -84,7 +84,7 @@ def run(server_argv: list[str]) -> int:
             except SpecGateConfigError as e:
                 report(False, THRESHOLD_ENV, str(e))
         switches = (("host sequence lengths for plain steps (FlashInfer)", HOST_SEQ_LENS_ENV, host_seq_lens_enabled),
-                    ("FA3's decode path for off steps (chains)", FA3_OFF_PATH_ENV,
+                    ("FA3's decode path for off steps", FA3_OFF_PATH_ENV,
                      fa3_off_path_enabled))
         for what, env, enabled in switches:
             try:

@@ -73,10 +73,10 @@ def tree_candidates(drafting: Drafting) -> tuple[int, ...]:
 
 
 def tree_refusal(drafting: Drafting, *, release: str, fast_off_path_releases: tuple[str, ...],
-                 page_size: int, slow_backends: list[str]) -> Optional[str]:
+                 page_size: int, slow_backends: list[str], fast_backends: tuple[str, ...]) -> Optional[str]:
     """Why the gate cannot run this tree, with the fix, or None. ``release``: the installed
     SGLang; ``slow_backends``: the attention settings the fast off path does not convert
-    (args.slow_off_path_backends)."""
+    (args.slow_off_path_backends), ``fast_backends`` the --attention-backend values it does."""
     chain = f"or chain drafting: {CHAIN_FLAGS}"
     if release not in fast_off_path_releases:
         return (f"tree drafting needs the gate's fast off path, which has not run on a GPU with SGLang "
@@ -94,8 +94,9 @@ def tree_refusal(drafting: Drafting, *, release: str, fast_off_path_releases: tu
                 f"upstream's paged tree drafting copies prefix tails the gate's buffered draft KV writes "
                 f"were never checked against. Use --page-size 1, {chain}")
     if slow_backends:
-        return (f"tree drafting with {'; '.join(slow_backends)}: the gate's off steps are fast on triton "
-                "or flashinfer attention only, and elsewhere would run upstream's steps-0 state through "
-                "its tree code paths with one token, which nothing has run. Start with --attention-backend "
-                f"flashinfer or triton (the draft's likewise), {chain}")
+        *others, last = fast_backends
+        return (f"tree drafting with {'; '.join(slow_backends)}: the gate's off steps are fast on "
+                f"{', '.join(others)} or {last} attention only, and elsewhere would run upstream's steps-0 state "
+                "through its tree code paths with one token, which nothing has run. Start with "
+                f"--attention-backend {' or '.join(fast_backends)} (the draft's likewise), {chain}")
     return None

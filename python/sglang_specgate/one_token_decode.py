@@ -117,23 +117,26 @@ def _sizes_its_buffers_at_capture(backend, rows: int) -> None:
 
 
 # FA3's draft-extend backend holds four page tables (decode, draft decode, target verify, draft
-# extend), each an int32 entry per page of context for every row its graphs take
-# (flashattention_backend.py:2061-2260); the converted path reads one. The deferred writes'
-# rows may make them this large at most, which caps the rows by context length.
+# extend), each an int32 entry per page of context for every row its graphs take, and for a
+# tree two more of an entry per token (the tree's draft decode and verify;
+# flashattention_backend.py:2061-2290); the converted path reads one. The deferred writes' rows
+# may make them this large at most, which caps the rows by context length.
 FA3_PAGE_TABLES = 4
+FA3_TREE_TABLES = 2
 FA3_WRITE_TABLES_BYTES = 256 << 20
 
 
 def _fa3_most_write_rows(backend) -> int:
-    return FA3_WRITE_TABLES_BYTES // (FA3_PAGE_TABLES * 4 * backend.max_num_pages)
+    tree_entries = FA3_TREE_TABLES * backend.max_context_len if backend.topk > 1 else 0
+    return FA3_WRITE_TABLES_BYTES // (4 * (FA3_PAGE_TABLES * backend.max_num_pages + tree_entries))
 
 
 def _fa3_unsupported(backend) -> str | None:
     if not fa3_off_path_enabled():
         return (f"{FA3_OFF_PATH_ENV}=0 turned FA3's decode path for them off; unset it to turn it on, "
                 f"or start with {FAST_OFF_PATH_FIX}")
-    if backend.fa_impl_ver != 3 or backend.topk > 1:
-        return "FA3's decode path serves FA3 itself (not FA4) with chain drafting (--speculative-eagle-topk 1)"
+    if backend.fa_impl_ver != 3:
+        return "FA3's decode path serves FA3 itself, not FA4"
     if (backend.use_mla or backend.has_local_attention or backend.has_swa or backend.is_prefill_aware_swa
             or backend.is_encoder_decoder or backend.use_sliding_window_kv_pool or backend.attn_cp_size > 1):
         return ("FA3's decode path is written for plain multi-head attention, not MLA, local or "

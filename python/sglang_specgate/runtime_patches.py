@@ -373,13 +373,16 @@ FA3_ONE_TOKEN_DECODE_CLASS = RuntimePatch(
     why="As ONE_TOKEN_DECODE_CLASS, on FA3, SGLang's default backend on Hopper: there the steps-0 "
     "state's decode step costs more than a plain one (docs/benchmarks.md): the target verify plans as a "
     "verify, without decode's precomputed scheduler metadata, and the draft extends every step.",
-    how="As ONE_TOKEN_DECODE_CLASS, for chain drafting with FA3 itself (not FA4, MLA, local or "
-    "sliding-window attention, cross attention or context parallelism), unless "
+    how="As ONE_TOKEN_DECODE_CLASS, with FA3 itself (not FA4, MLA, local or sliding-window attention, "
+    "cross attention or context parallelism), for chains and trees alike: the one-token view carries "
+    "no spec_info, and FA3 reads its topk only where spec_info is set; unless "
     "SGLANG_SPEC_GATE_FA3_OFF_PATH=0.",
     upstream="srt/layers/attention/flashattention_backend.py:378 (init_forward_metadata_in_graph: "
     "no-op for DECODE), :420 (out_graph: decode modes share _init_full_cg_decode_metadata), :632, "
     ":1122, :1712 (forward_decode reads forward_batch's out_cache_loc, encoder_out_cache_loc, "
     "batch_size and _attn_output, the same in the view, and spec_info only for topk > 1), "
+    ":650-770, :2386-2470, :2632-2720 (a decode's metadata, eager and graphed, reads topk only "
+    "under spec_info), "
     ":2052 (buffers sized at the graph runner's largest batch).",
     removal="With ONE_TOKEN_DECODE_CLASS.",
     verified_on=GPU_0_5_17,
