@@ -373,9 +373,10 @@ def validate_gate_combination(args, setting: ThresholdSetting) -> None:
 
     drafting = drafting_of(args)
     if drafting.shape == TREE:
+        fast = fast_off_path_attention_backends()
         refused = tree_refusal(drafting, release=installed_release(), fast_off_path_releases=FAST_OFF_PATH_RELEASES,
-                               page_size=args.page_size, slow_backends=slow_off_path_backends(args),
-                               fast_backends=fast_off_path_attention_backends())
+                               page_size=args.page_size, slow_backends=slow_off_path_backends(args, fast),
+                               fast_backends=fast)
         if refused:
             raise SpecGateConfigError(f"{setting}: {drafting.described()}; {refused}.")
     release = installed()
@@ -456,15 +457,15 @@ def slower_off_path(args) -> Optional[str]:
                 "off path has not run on a GPU with this release, so it stays off (correct, slower: on "
                 "SGLang 0.5.17 with Triton those steps ran at 0.29x a plain server at 64 requests). For the "
                 f"fast off path use SGLang {' or '.join(FAST_OFF_PATH_RELEASES)}.")
-    slow = slow_off_path_backends(args)
+    fast = fast_off_path_attention_backends()
+    slow = slow_off_path_backends(args, fast)
     if not slow:
         return None
     # Offered only where the switch alone would make every setting fast (not a hybrid).
-    fa3_would_serve = (not fa3_off_path_enabled()
-                       and not slow_off_path_backends(args, FAST_OFF_PATH_ATTENTION_BACKENDS + (FA3,)))
+    fa3_would_serve = FA3 not in fast and not slow_off_path_backends(args, fast + (FA3,))
     fa3 = (f", or with FA3 unset {FA3_OFF_PATH_ENV} (now 0) for FA3's decode path"
            if fa3_would_serve else "")
-    *others, last = fast_off_path_attention_backends()
+    *others, last = fast
     return (f"speculation-off steps are fast on {', '.join(others)} or {last} attention only; with "
             f"{'; '.join(slow)} they run upstream's steps-0 kernels (on Triton those ran at 0.29x a plain "
             "server at 64 requests, on FA3 at 0.94-0.98x from 16 to 128). Start with "
