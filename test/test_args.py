@@ -254,12 +254,13 @@ def test_warns_when_the_off_path_would_be_upstreams(attention, fa3_switch, named
     assert (f"unset {FA3_OFF_PATH_ENV} (now 0) for FA3's decode path" in err) == (fa3_switch == "0")
 
 
-@pytest.mark.parametrize("drafting", [["--speculative-eagle-topk", "1"],
-                                      ["--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
-                                       "--speculative-num-draft-tokens", "8", "--page-size", "1"]],
+@pytest.mark.parametrize("drafting, tree", [(["--speculative-eagle-topk", "1"], False),
+                                            (["--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
+                                              "--speculative-num-draft-tokens", "8", "--page-size", "1"], True)],
                          ids=["chain", "tree"])
 @pytest.mark.parametrize("fa3_switch", [None, "1", "0"])
-def test_fa3_is_fast_for_chains_and_trees_unless_switched_off(drafting, fa3_switch, eagle_argv, monkeypatch, capsys):
+def test_fa3_is_fast_for_chains_and_trees_unless_switched_off(drafting, tree, fa3_switch, eagle_argv, monkeypatch,
+                                                              capsys):
     """FA3 counts as a fast-off-path backend (one_token_decode converts it) unless
     SGLANG_SPEC_GATE_FA3_OFF_PATH=0; then a chain warns and a tree is refused, naming the backend."""
     if fa3_switch is not None:
@@ -267,7 +268,6 @@ def test_fa3_is_fast_for_chains_and_trees_unless_switched_off(drafting, fa3_swit
     argv = eagle_argv + [FLAG, "16", "--max-running-requests", "64", "--attention-backend", "fa3"] + drafting
     if not FAST_OFF_PATH_HERE:
         pytest.skip("no fast off path on this SGLang release: every backend runs upstream's steps-0 state")
-    tree = "4" in drafting
     if fa3_switch == "0" and tree:
         with pytest.raises(SystemExit):
             parse(argv)
