@@ -31,6 +31,10 @@ def test_the_schedule_switches_domain_every_phase_and_steps_the_concurrency():
     assert [s.domain_at(t) for t in (0, 59.9, 60, 130)] == [0, 0, 1, 0]
     assert [s.concurrency_at(t) for t in (0, 20, 45, 60, 179)] == [4, 64, 16, 4, 16]
     assert [s.next_change(t) for t in (0, 19.5, 50, 175)] == [20, 20, 60, 180]
+    assert s.segment_seconds() == {(0, 4): 40, (0, 64): 40, (0, 16): 40, (1, 4): 20, (1, 64): 20, (1, 16): 20}
+    # A level that straddles a domain change counts in both: 16 runs 40-60, split at 50.
+    odd = ShiftSchedule(domains=2, phases=2, phase_s=50, concurrency=(4, 64, 16), concurrency_s=20)
+    assert odd.segment_seconds() == {(0, 4): 20, (0, 64): 20, (0, 16): 10, (1, 16): 10, (1, 4): 20, (1, 64): 20}
 
 
 @pytest.mark.parametrize("kwargs", [dict(domains=0), dict(domains=1, concurrency=()),
@@ -91,6 +95,12 @@ def test_the_load_follows_the_schedule_and_checks_every_output():
     assert summary["output_throughput"] == pytest.approx(summary["output_tokens"] / result.end)
     assert result.end >= schedule.duration_s  # the last requests finish after the schedule ends
     assert [p["domain"] for p in summary["by_phase"]] == [0, 1, 0, 1]
+    segments = {(s["domain"], s["concurrency"]): s for s in summary["by_segment"]}
+    assert {key: s["seconds"] for key, s in segments.items()} == schedule.segment_seconds()
+    assert sum(s["requests"] for s in segments.values()) == summary["requests"]
+    assert sum(s["output_tokens"] for s in segments.values()) == summary["output_tokens"]
+    # Two requests at a time against eight: the higher level starts about four times as many.
+    assert segments[(0, 8)]["requests"] > 3 * segments[(0, 2)]["requests"]
 
 
 def test_outputs_off_the_design_and_failures_are_counted():
@@ -124,10 +134,15 @@ def test_the_same_prompts_reach_every_server():
     assert prompts[0] == prompts[1]
 
 
-def row(config: str, rnd: int, tput: float, tokens=(600, 300)) -> dict:
-    return {"config": config, "round": rnd, "phase_s": 10, "output_throughput": tput, "mismatched": 0,
-            "errors": 0, "by_phase": [{"domain": 0, "requests": 6, "output_tokens": tokens[0]},
-                                      {"domain": 1, "requests": 3, "output_tokens": tokens[1]}]}
+def row(config: str, rnd: int, tput: float, tokens=(600, 300), segments=None) -> dict:
+    """A round's row; ``segments`` maps (domain, C) to output tokens in 5 s of the segment."""
+    out = {"config": config, "round": rnd, "phase_s": 10, "output_throughput": tput, "mismatched": 0,
+           "errors": 0, "by_phase": [{"domain": 0, "requests": 6, "output_tokens": tokens[0]},
+                                     {"domain": 1, "requests": 3, "output_tokens": tokens[1]}]}
+    if segments:
+        out["by_segment"] = [{"domain": d, "concurrency": c, "seconds": 5, "requests": 1, "output_tokens": t}
+                             for (d, c), t in segments.items()]
+    return out
 
 
 def test_the_summary_compares_auto_with_the_best_fixed_n_and_upstream_adaptive():
@@ -138,6 +153,22 @@ def test_the_summary_compares_auto_with_the_best_fixed_n_and_upstream_adaptive()
     assert "| gate-auto / best fixed N (gate-16) | 1.157× |" in text  # 140 / median(120, 121, 122)
     assert "| gate-auto / upstream-adaptive | 2.000× |" in text
     assert "| gate-auto / plain | 1.386× |" in text
+    assert "each segment" not in text  # rows from before segments were recorded: no segment table
+
+
+def test_the_summary_puts_the_best_of_each_segment_together():
+    # Domain 0 wants speculation at C = 4, domain 1 plain everywhere; auto gets most of both.
+    segments = {"plain": {(0, 4): 100, (0, 64): 600, (1, 4): 100, (1, 64): 600},
+                "gate-9": {(0, 4): 200, (0, 64): 600, (1, 4): 60, (1, 64): 600},
+                "gate-auto": {(0, 4): 190, (0, 64): 590, (1, 4): 100, (1, 64): 580}}
+    rows = [row(name, r, 80, segments=tokens) for r in range(2) for name, tokens in segments.items()]
+    text = summary_markdown(rows)
+    assert "| 0 | 4 | 5 | 20 | **40** | 38 |" in text  # tok/s: 2 rounds of 5 s each
+    assert "| 1 | 64 | 5 | **120** | **120** | 116 |" in text
+    assert "makes 75 tok/s over the schedule" in text  # (40 + 120 + 20 + 120) / 4
+    assert "| gate-auto / best fixed N (gate-9), over the segments | 1.000× |" in text  # 73 / 73
+    assert "| best of each segment / gate-9 | 1.027× |" in text
+    assert "| best of each segment / gate-auto | 1.027× |" in text
 
 
 def design_file(tmp_path: Path) -> Path:

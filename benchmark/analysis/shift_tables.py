@@ -1,5 +1,7 @@
 """The shift scenario's summary: each configuration's output throughput over its rounds, by
-domain, and the auto gate against the best fixed N and against upstream's adaptive mode."""
+domain, and the auto gate against the best fixed N and against upstream's adaptive mode; then
+each (domain, concurrency) segment, and the best configuration of each segment put together: the
+most a gate choosing among these configurations' behaviours segment by segment could make."""
 
 from __future__ import annotations
 
@@ -29,6 +31,52 @@ def domain_throughput(rows: list[dict]) -> dict[int, float]:
             tokens[phase["domain"]] = tokens.get(phase["domain"], 0) + phase["output_tokens"]
             seconds[phase["domain"]] = seconds.get(phase["domain"], 0) + row["phase_s"]
     return {d: tokens[d] / seconds[d] for d in sorted(tokens)}
+
+
+def segment_throughput(rows: list[dict]) -> dict[tuple[int, int], float]:
+    """Output tok/s in each (domain, concurrency) segment over all rounds: the tokens of the
+    requests started in it over its seconds. Empty for rows written before segments were."""
+    if not all("by_segment" in row for row in rows):
+        return {}
+    tokens: dict[tuple[int, int], float] = {}
+    seconds: dict[tuple[int, int], float] = {}
+    for row in rows:
+        for segment in row["by_segment"]:
+            key = (segment["domain"], segment["concurrency"])
+            tokens[key] = tokens.get(key, 0) + segment["output_tokens"]
+            seconds[key] = seconds.get(key, 0) + segment["seconds"]
+    return {key: tokens[key] / seconds[key] for key in sorted(tokens)}
+
+
+def segments_markdown(configs: dict[str, list[dict]]) -> list[str]:
+    """The segments' table and what the best of each segment makes against auto and the best
+    fixed N, all from segment throughputs (the tail after the schedule's end left out)."""
+    rates = {name: segment_throughput(rs) for name, rs in configs.items()}
+    if not all(rates.values()):
+        return []
+    first = next(iter(configs.values()))[0]
+    seconds = {(s["domain"], s["concurrency"]): s["seconds"] for s in first["by_segment"]}
+    total = sum(seconds.values())
+
+    def over_schedule(rate: dict[tuple[int, int], float]) -> float:
+        return sum(rate.get(key, 0.0) * s for key, s in seconds.items()) / total
+
+    best = {key: max(rate.get(key, 0.0) for rate in rates.values()) for key in seconds}
+    table = [[str(domain), str(c), fmt(seconds[(domain, c)], 0),
+              *(f"**{fmt(rates[name].get((domain, c)), 0)}**" if rates[name].get((domain, c)) == best[(domain, c)]
+                else fmt(rates[name].get((domain, c)), 0) for name in rates)]
+             for domain, c in sorted(seconds)]
+    overall = {name: over_schedule(rate) for name, rate in rates.items()}
+    ceiling = over_schedule(best)
+    compared = [("best of each segment / " + name, ceiling / value) for name, value in overall.items() if value]
+    fixed = best_fixed(overall)
+    if AUTO in overall and fixed:
+        compared.insert(0, (f"{AUTO} / best fixed N ({fixed[0]}), over the segments", overall[AUTO] / fixed[1]))
+    return ["", "Output tok/s in each segment of the schedule (domain, closed-loop concurrency C; the "
+            "requests started in it, all rounds), the best of each in bold. Put together, the best of "
+            f"each segment makes {fmt(ceiling, 0)} tok/s over the schedule.", "",
+            md_table(["domain", "C", "s a round", *rates], table), "",
+            md_table(["comparison", "ratio"], [[what, f"{ratio:.3f}×"] for what, ratio in compared])]
 
 
 def best_fixed(medians: dict[str, float]) -> Optional[tuple[str, float]]:
@@ -73,4 +121,5 @@ def summary_markdown(rows: list[dict]) -> str:
     compared = comparisons(medians)
     if compared:
         parts += ["", md_table(["comparison", "ratio"], [[what, f"{ratio:.3f}×"] for what, ratio in compared])]
+    parts += segments_markdown(configs)
     return "\n".join(parts) + "\n"

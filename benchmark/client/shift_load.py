@@ -58,6 +58,17 @@ class ShiftSchedule:
         """The next time the domain or the concurrency changes, or the schedule ends."""
         return min((math.floor(t / p) + 1) * p for p in (self.phase_s, self.concurrency_s, self.duration_s))
 
+    def segment_seconds(self) -> dict[tuple[int, int], float]:
+        """The seconds the schedule spends in each (domain, concurrency) segment."""
+        seconds: dict[tuple[int, int], float] = {}
+        t = 0.0
+        while t < self.duration_s:
+            end = self.next_change(t)
+            key = (self.domain_at(t), self.concurrency_at(t))
+            seconds[key] = seconds.get(key, 0.0) + end - t
+            t = end
+        return seconds
+
 
 class Walk:
     """The pair's language from its design.json: each domain's tokens and the walk's next token."""
@@ -101,6 +112,7 @@ class RequestRecord:
 class LoadResult:
     requests: list[RequestRecord] = field(default_factory=list)
     end: float = 0.0  # when the last request finished, from the load's start
+    segment_seconds: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def summary(self) -> dict:
         done = [r for r in self.requests if not r.error]
@@ -110,6 +122,14 @@ class LoadResult:
             phase = by_phase.setdefault(r.phase, {"domain": r.domain, "requests": 0, "output_tokens": 0})
             phase["requests"] += 1
             phase["output_tokens"] += r.output_tokens
+        # A request's tokens count in the segment it started in, as in its phase.
+        by_segment = {key: {"domain": key[0], "concurrency": key[1], "seconds": seconds,
+                            "requests": 0, "output_tokens": 0}
+                      for key, seconds in sorted(self.segment_seconds.items())}
+        for r in done:
+            segment = by_segment[(r.domain, r.concurrency)]
+            segment["requests"] += 1
+            segment["output_tokens"] += r.output_tokens
         return {
             "output_throughput": tokens / self.end if self.end else 0.0,
             "output_tokens": tokens, "requests": len(self.requests), "duration_s": self.end,
@@ -117,6 +137,7 @@ class LoadResult:
             "mismatched": sum(1 for r in done if not r.matched),
             "first_errors": [r.error for r in self.requests if r.error][:5],
             "by_phase": [by_phase[k] for k in sorted(by_phase)],
+            "by_segment": list(by_segment.values()),
         }
 
 
@@ -129,7 +150,7 @@ async def run_load(post: Post, schedule: ShiftSchedule, walk: Walk, *, output_le
         raise ValueError(f"the pair has {walk.domains} domains, the schedule {schedule.domains}")
     loop = asyncio.get_running_loop()
     started = loop.time()
-    result = LoadResult()
+    result = LoadResult(segment_seconds=schedule.segment_seconds())
 
     def now() -> float:
         return loop.time() - started
