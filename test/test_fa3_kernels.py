@@ -165,10 +165,24 @@ def test_fetch_checks_out_only_the_sources_paths_at_the_pinned_commit(tmp_path):
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "later", cwd=origin)
 
     into = tmp_path / "checkout"
-    fa3_kernels.fetch(fa3_kernels.Source("unused", pinned, ("hopper",)), str(origin), into)
+    fa3_kernels.fetch(fa3_kernels.Source("unused", pinned, ("hopper",)), str(origin), into, "--flash-attention")
     assert git("rev-parse", "HEAD", cwd=into) == pinned
     assert (into / "hopper/flash_api.cpp").read_text() == "hopper/flash_api.cpp"
     assert not (into / "tests").exists()
+
+
+def test_a_source_that_cannot_be_fetched_is_an_error_naming_the_flag(tmp_path, monkeypatch, capsys):
+    # A repository that is not there stands for GitHub on a host without network.
+    missing = str(tmp_path / "no-such-repository")
+    monkeypatch.setattr(fa3_kernels, "toolchain", lambda *a: pytest.fail("built past a failed fetch"))
+    monkeypatch.setattr("sys.argv", ["fa3_kernels.py", "build", str(tmp_path / "fa3.tar.xz"),
+                                     "--flash-attention", missing])
+    assert fa3_kernels.main() == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fa3_kernels.py build: --flash-attention: could not fetch "
+                          f"{fa3_kernels.FLASH_ATTENTION.commit[:12]} from {missing} (")
+    assert "give --flash-attention a local git repository that holds it" in err
+    assert "Traceback" not in err and not (tmp_path / "fa3.tar.xz").exists()
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")

@@ -168,10 +168,14 @@ def link_command(tools: Toolchain, objects: list[Path], library: Path) -> list[s
             "-lc10", "-lc10_cuda", "-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-lcudart"]
 
 
-def fetch(source: Source, repository: str, into: Path) -> None:
-    """source's paths at its commit, from ``repository`` (a URL or a local git repository): a
-    shallow, blobless fetch of that commit, its paths alone checked out (CUTLASS's whole tree
-    is ten times the headers)."""
+class FetchFailed(Exception):
+    """A source's pinned commit could not be fetched; the message names the flag that fixes it."""
+
+
+def fetch(source: Source, repository: str, into: Path, flag: str) -> None:
+    """source's paths at its commit, from ``repository`` (a URL or a local git repository, given
+    by ``flag``): a shallow, blobless fetch of that commit, its paths alone checked out
+    (CUTLASS's whole tree is ten times the headers)."""
     git = ["git", "-C", str(into)]
     into.mkdir(parents=True)
     for command in (["init", "-q"], ["remote", "add", "origin", repository],
@@ -181,7 +185,11 @@ def fetch(source: Source, repository: str, into: Path) -> None:
                     ["sparse-checkout", "set", "--no-cone", *(f"/{path}/" for path in source.paths)],
                     ["fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", source.commit],
                     ["checkout", "-q", "FETCH_HEAD"]):
-        subprocess.run(git + command, check=True)
+        done = subprocess.run(git + command, capture_output=True, text=True)
+        if done.returncode:
+            said = (done.stderr.strip().splitlines() or [f"git {command[0]} exited {done.returncode}"])[-1]
+            raise FetchFailed(f"{flag}: could not fetch {source.commit[:12]} from {repository} ({said}); "
+                              f"on a host without network, give {flag} a local git repository that holds it")
 
 
 def run_all(commands: dict[Path, list[str]], jobs: int) -> None:
@@ -223,8 +231,8 @@ def build(archive: Path, shapes: list[str], cuda_home: Path, repositories: dict[
     partial = archive.with_name(archive.name + ".partial")  # a failed build keeps the old archive
     with tempfile.TemporaryDirectory(prefix="fa3-kernels-") as scratch:
         scratch = Path(scratch)
-        fetch(FLASH_ATTENTION, repositories["flash-attention"], scratch / "flash-attention")
-        fetch(CUTLASS, repositories["cutlass"], scratch / "cutlass")
+        for name, source in (("flash-attention", FLASH_ATTENTION), ("cutlass", CUTLASS)):
+            fetch(source, repositories[name], scratch / name, flag=f"--{name}")
         tools = toolchain(cuda_home, scratch / "flash-attention", scratch / "cutlass")
         (scratch / "objects").mkdir()
         commands = compile_commands(tools, kernel_head_dims(shapes), scratch / "objects")
@@ -322,8 +330,12 @@ def arguments() -> argparse.ArgumentParser:
 def main() -> int:
     args = arguments().parse_args()
     if args.command == "build":
-        build(args.archive, args.shapes, args.cuda_home,
-              {"flash-attention": args.flash_attention, "cutlass": args.cutlass}, args.jobs)
+        try:
+            build(args.archive, args.shapes, args.cuda_home,
+                  {"flash-attention": args.flash_attention, "cutlass": args.cutlass}, args.jobs)
+        except FetchFailed as e:
+            print(f"fa3_kernels.py build: {e}", file=sys.stderr)
+            return 2
         return 0
     return probe(args.shape)
 
