@@ -169,6 +169,21 @@ def test_the_summary_puts_the_best_of_each_segment_together():
     assert "| gate-auto / best fixed N (gate-9), over the segments | 1.000× |" in text  # 73 / 73
     assert "| best of each segment / gate-9 | 1.027× |" in text
     assert "| best of each segment / gate-auto | 1.027× |" in text
+    assert "put together from plain and spec" not in text  # no always-on server ran
+
+
+def test_every_fixed_n_is_put_together_from_plain_and_spec_segments():
+    # Levels 4 and 64 divide all N into plain (N < 4), speculating at C = 4 only, and always on.
+    segments = {"plain": {(0, 4): 100, (0, 64): 600, (1, 4): 100, (1, 64): 600},
+                "spec": {(0, 4): 200, (0, 64): 500, (1, 4): 60, (1, 64): 300},
+                "gate-auto": {(0, 4): 190, (0, 64): 600, (1, 4): 100, (1, 64): 580}}
+    rows = [row(name, 0, 80, segments=tokens) for name, tokens in segments.items()]
+    # Plain makes 70 tok/s over the schedule, N = 4...63 73 ((40 + 120 + 12 + 120) / 4), always on 53.
+    assert "| gate-auto / best fixed N put together from plain and spec (N = 4…63) | 1.007× |" in summary_markdown(rows)
+    segments["spec"][(1, 4)] = 100  # speculation now costs domain 1 nothing at C = 4 ...
+    segments["spec"][(1, 64)] = 800  # ... and wins at C = 64: always on is the best fixed N
+    rows = [row(name, 0, 80, segments=tokens) for name, tokens in segments.items()]
+    assert "(N ≥ 64, always on) | 0.919× |" in summary_markdown(rows)  # 73.5 / ((40 + 100 + 20 + 160) / 4)
 
 
 def design_file(tmp_path: Path) -> Path:

@@ -56,10 +56,9 @@ def segments_markdown(configs: dict[str, list[dict]]) -> list[str]:
         return []
     first = next(iter(configs.values()))[0]
     seconds = {(s["domain"], s["concurrency"]): s["seconds"] for s in first["by_segment"]}
-    total = sum(seconds.values())
 
     def over_schedule(rate: dict[tuple[int, int], float]) -> float:
-        return sum(rate.get(key, 0.0) * s for key, s in seconds.items()) / total
+        return schedule_throughput(rate, seconds)
 
     best = {key: max(rate.get(key, 0.0) for rate in rates.values()) for key in seconds}
     table = [[str(domain), str(c), fmt(seconds[(domain, c)], 0),
@@ -72,11 +71,39 @@ def segments_markdown(configs: dict[str, list[dict]]) -> list[str]:
     fixed = best_fixed(overall)
     if AUTO in overall and fixed:
         compared.insert(0, (f"{AUTO} / best fixed N ({fixed[0]}), over the segments", overall[AUTO] / fixed[1]))
+    any_n = best_fixed_from_plain_and_spec(rates, seconds)
+    if AUTO in overall and any_n:
+        compared.insert(0, (f"{AUTO} / best fixed N put together from plain and spec ({any_n[0]})",
+                            overall[AUTO] / any_n[1]))
     return ["", "Output tok/s in each segment of the schedule (domain, closed-loop concurrency C; the "
             "requests started in it, all rounds), the best of each in bold. Put together, the best of "
             f"each segment makes {fmt(ceiling, 0)} tok/s over the schedule.", "",
             md_table(["domain", "C", "s a round", *rates], table), "",
             md_table(["comparison", "ratio"], [[what, f"{ratio:.3f}×"] for what, ratio in compared])]
+
+
+def schedule_throughput(rate: dict[tuple[int, int], float], seconds: dict[tuple[int, int], float]) -> float:
+    """Output tok/s over the schedule from each segment's rate and seconds."""
+    return sum(rate.get(key, 0.0) * s for key, s in seconds.items()) / sum(seconds.values())
+
+
+def best_fixed_from_plain_and_spec(rates: dict[str, dict], seconds: dict[tuple[int, int], float]
+                                   ) -> Optional[tuple[str, float]]:
+    """Every fixed N at once, from plain's and always-on's segments: N speculates at the levels up
+    to N and decodes plainly above, so the levels divide all N into a few behaviours. The best of
+    them, named by its range of N, and what it makes; None unless plain and spec both ran. A
+    gate's off steps cost a little more than plain's, so this flatters the fixed N."""
+    if not {"plain", "spec"} <= rates.keys():
+        return None
+    levels = sorted({c for _, c in seconds})
+    made = {}
+    for i, n in enumerate([0, *levels]):
+        label = (f"N < {levels[0]}, plain" if i == 0 else f"N ≥ {n}, always on" if i == len(levels)
+                 else f"N = {n}…{levels[i] - 1}")
+        made[label] = schedule_throughput(
+            {key: rates["spec" if key[1] <= n else "plain"].get(key, 0.0) for key in seconds}, seconds)
+    best = max(made, key=made.get)
+    return best, made[best]
 
 
 def best_fixed(medians: dict[str, float]) -> Optional[tuple[str, float]]:

@@ -22,8 +22,10 @@
 #   AUTO_PART=sweep AUTO_CONTEXT_CHARS=8000 AUTO_CONFIGS=plain,spec,gate-auto AUTO_LEVELS=2,4,8,16,32 ...
 # - shift (about 22 minutes, fits an H100): the 8B pair with two domains (accept 3.2 and 1.3),
 #   the shift scenario (the domain switching every 60 s, C stepping 4, 64, 16, 32 every 15 s,
-#   AUTO_SHIFT_ROUNDS (default 2) rounds of both domains) on the auto gate, upstream's --speculative-adaptive and the
-#   fixed N of the crossovers between (AUTO_SHIFT_N, default 9,31: 1.3's is plain), one server
+#   AUTO_SHIFT_ROUNDS (default 2) rounds of both domains) on AUTO_SHIFT_CONFIGS (default the auto
+#   gate, upstream's --speculative-adaptive, plain and always-on: the summary puts every fixed N
+#   together from plain's and always-on's segments, the five behaviours the levels leave, where
+#   two gate servers ran two of them; gate at AUTO_SHIFT_N, default 9,31, runs a fixed N), one server
 #   at a time, upstream's as SGLang ships it (--upstream-as-shipped) at S = 7: at S = 3 it
 #   crashes at start-up with or without this plugin, its default slots reaching 7 steps
 #   (results/2026-12-07-shift-upstream-adaptive-as-shipped; S = 7 not yet run). Results in a
@@ -52,7 +54,7 @@ case ${AUTO_PART:-smoke} in
       phase pair python3 benchmark/model_pair.py /tmp/p8d --shape 8b --accept-length 3.2,1.3 --seed 0 --device cuda
       phase shift python3 -m benchmark.client.shift --run-dir "$run" \
         --model-path /tmp/p8d/target --draft-model-path /tmp/p8d/draft --design /tmp/p8d/design.json \
-        --configs gate-auto,upstream-adaptive,gate --thresholds "${AUTO_SHIFT_N:-9,31}" --upstream-as-shipped --upstream-adaptive-steps 7 \
+        --configs "${AUTO_SHIFT_CONFIGS:-gate-auto,upstream-adaptive,plain,spec}" --thresholds "${AUTO_SHIFT_N:-9,31}" --upstream-as-shipped --upstream-adaptive-steps 7 \
         --phases 2 --phase-s 60 --concurrency 4,64,16,32 --concurrency-s 15 --rounds "${AUTO_SHIFT_ROUNDS:-2}" \
         -- "${server_flags[@]}"
       keep_lines "$run/logs"
