@@ -56,17 +56,13 @@ def segments_markdown(configs: dict[str, list[dict]]) -> list[str]:
         return []
     first = next(iter(configs.values()))[0]
     seconds = {(s["domain"], s["concurrency"]): s["seconds"] for s in first["by_segment"]}
-
-    def over_schedule(rate: dict[tuple[int, int], float]) -> float:
-        return schedule_throughput(rate, seconds)
-
     best = {key: max(rate.get(key, 0.0) for rate in rates.values()) for key in seconds}
     table = [[str(domain), str(c), fmt(seconds[(domain, c)], 0),
               *(f"**{fmt(rates[name].get((domain, c)), 0)}**" if rates[name].get((domain, c)) == best[(domain, c)]
                 else fmt(rates[name].get((domain, c)), 0) for name in rates)]
              for domain, c in sorted(seconds)]
-    overall = {name: over_schedule(rate) for name, rate in rates.items()}
-    ceiling = over_schedule(best)
+    overall = {name: schedule_throughput(rate, seconds) for name, rate in rates.items()}
+    ceiling = schedule_throughput(best, seconds)
     compared = [("best of each segment / " + name, ceiling / value) for name, value in overall.items() if value]
     fixed = best_fixed(overall)
     if AUTO in overall and fixed:
