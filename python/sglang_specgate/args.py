@@ -472,13 +472,12 @@ def slower_off_path(args) -> Optional[str]:
             f"{FAST_OFF_PATH_FIX} for the fast off path{fa3}.")
 
 
-def slow_off_path_backends(args, fast: Optional[tuple[str, ...]] = None) -> list[str]:
+def slow_off_path_backends(args, fast: tuple[str, ...]) -> list[str]:
     """The attention settings (resolved args; SGLang picks FA3 by default on Hopper) that would
     build the off state's target-verify or draft-extend backend outside the fast off path
-    (``fast``: its --attention-backend values, by default fast_off_path_attention_backends())."""
+    (``fast``: its --attention-backend values, fast_off_path_attention_backends())."""
     from sglang_specgate.sglang_versions import installed
 
-    fast = fast or fast_off_path_attention_backends()
     prefill, decode = installed().attention_backends(args)
     if prefill != decode:  # SGLang composes a HybridAttnBackend of the two
         target = [f"--prefill-attention-backend {prefill} and --decode-attention-backend {decode} (hybrid)"]
