@@ -110,9 +110,9 @@ class RequestRecord:
 
 @dataclass
 class LoadResult:
+    segment_seconds: dict[tuple[int, int], float]  # the schedule's (ShiftSchedule.segment_seconds)
     requests: list[RequestRecord] = field(default_factory=list)
     end: float = 0.0  # when the last request finished, from the load's start
-    segment_seconds: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def summary(self) -> dict:
         done = [r for r in self.requests if not r.error]
